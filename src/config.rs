@@ -1,0 +1,225 @@
+//! Every setting of the crate: its default, its accepted range and its validation.
+//!
+//! Settings are typed fields on [`HandleConfig`] (and, as later capabilities land, their own
+//! config structs). [`LakeCacheBuilder`](crate::LakeCacheBuilder) validates them before any cache
+//! is built, so a bad value is refused once, with a message naming the setting, instead of
+//! surfacing later as odd behaviour. [`HandleConfig::set`] accepts the same settings as strings
+//! under their `lakecache.*` keys, the form SQL `SET` and configuration files use.
+
+use std::time::Duration;
+
+use datafusion::error::{DataFusionError, Result};
+
+/// Settings of the [`HandleCache`](crate::handle::HandleCache).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleConfig {
+    /// Maximum number of cached object metadata entries (HEAD, GET and LIST results).
+    pub capacity: u64,
+    /// Time an entry stays valid after it was fetched; `Duration::ZERO` means no expiry.
+    pub ttl: Duration,
+    /// Entries not read for this long are dropped; `None` means no idle timeout.
+    pub idle_timeout: Option<Duration>,
+    /// Time a cached listing stays valid. Kept short because new files must show up.
+    pub list_ttl: Duration,
+    /// Maximum number of open local file descriptors kept for reuse; 0 turns the descriptor
+    /// cache off. Never more than half the process's soft `ulimit -n` is used.
+    pub max_open_files: usize,
+}
+
+impl Default for HandleConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 10_000,
+            ttl: Duration::from_secs(600),
+            idle_timeout: None,
+            list_ttl: Duration::from_secs(60),
+            max_open_files: 1_000,
+        }
+    }
+}
+
+/// Key of [`HandleConfig::capacity`].
+pub const HANDLE_CAPACITY: &str = "lakecache.handle.capacity";
+/// Key of [`HandleConfig::ttl`].
+pub const HANDLE_TTL: &str = "lakecache.handle.ttl";
+/// Key of [`HandleConfig::idle_timeout`].
+pub const HANDLE_IDLE_TIMEOUT: &str = "lakecache.handle.idle_timeout";
+/// Key of [`HandleConfig::list_ttl`].
+pub const HANDLE_LIST_TTL: &str = "lakecache.handle.list_ttl";
+/// Key of [`HandleConfig::max_open_files`].
+pub const HANDLE_MAX_OPEN_FILES: &str = "lakecache.handle.max_open_files";
+
+/// Longest accepted duration: ten years. Longer values are almost certainly unit mistakes, and
+/// moka rejects expiries beyond about a thousand years with a panic.
+const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+const DURATION_RANGE: &str =
+    "a duration from 0 to 3650d such as 0, 500ms, 30s, 10m, 2h or 1d (0 means no expiry)";
+
+impl HandleConfig {
+    /// Sets one setting from its `lakecache.*` key and a string value, validating it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            HANDLE_CAPACITY => self.capacity = parse_count(key, value, 1, u64::MAX)?,
+            HANDLE_TTL => self.ttl = parse_duration(key, value)?,
+            HANDLE_IDLE_TIMEOUT => {
+                let idle = parse_duration(key, value)?;
+                self.idle_timeout = (!idle.is_zero()).then_some(idle);
+            }
+            HANDLE_LIST_TTL => self.list_ttl = parse_duration(key, value)?,
+            HANDLE_MAX_OPEN_FILES => {
+                self.max_open_files = parse_count(key, value, 0, 1 << 20)? as usize
+            }
+            _ => {
+                return Err(DataFusionError::Configuration(format!(
+                    "unknown setting '{key}'; known handle settings: {HANDLE_CAPACITY}, \
+                     {HANDLE_TTL}, {HANDLE_IDLE_TIMEOUT}, {HANDLE_LIST_TTL}, {HANDLE_MAX_OPEN_FILES}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every field against its accepted range.
+    pub fn validate(&self) -> Result<()> {
+        if self.capacity == 0 {
+            return Err(range_error(
+                HANDLE_CAPACITY,
+                "0",
+                "an entry count from 1 to 18446744073709551615",
+            ));
+        }
+        for (key, d) in [
+            (HANDLE_TTL, Some(self.ttl)),
+            (HANDLE_IDLE_TIMEOUT, self.idle_timeout),
+            (HANDLE_LIST_TTL, Some(self.list_ttl)),
+        ] {
+            if let Some(d) = d
+                && d > MAX_DURATION
+            {
+                return Err(range_error(key, &format!("{d:?}"), DURATION_RANGE));
+            }
+        }
+        if self.max_open_files > 1 << 20 {
+            return Err(range_error(
+                HANDLE_MAX_OPEN_FILES,
+                &self.max_open_files.to_string(),
+                "a descriptor count from 0 (off) to 1048576",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn range_error(key: &str, value: &str, expected: &str) -> DataFusionError {
+    DataFusionError::Configuration(format!(
+        "invalid value '{value}' for {key}: expected {expected}"
+    ))
+}
+
+/// Parses an integer setting within `min..=max`.
+pub fn parse_count(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+    let expected = format!("an integer from {min} to {max}");
+    let n: u64 = value
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| range_error(key, value, &expected))?;
+    if n < min || n > max {
+        return Err(range_error(key, value, &expected));
+    }
+    Ok(n)
+}
+
+/// Parses a duration setting: a non-negative number with a unit (`ms`, `s`, `m`, `h`, `d`), or a
+/// bare number of seconds. `0` is accepted and, for TTLs, means no expiry.
+pub fn parse_duration(key: &str, value: &str) -> Result<Duration> {
+    let err = || range_error(key, value, DURATION_RANGE);
+    let v = value.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: f64 = number.parse().map_err(|_| err())?;
+    let seconds_per_unit = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        _ => return Err(err()),
+    };
+    let seconds = number * seconds_per_unit;
+    if !seconds.is_finite() || seconds < 0.0 || seconds > MAX_DURATION.as_secs_f64() {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        let ok = |s| parse_duration("k", s).unwrap();
+        assert_eq!(ok("0"), Duration::ZERO);
+        assert_eq!(ok("500ms"), Duration::from_millis(500));
+        assert_eq!(ok("30s"), Duration::from_secs(30));
+        assert_eq!(ok("30"), Duration::from_secs(30));
+        assert_eq!(ok("10m"), Duration::from_secs(600));
+        assert_eq!(ok("1.5h"), Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn bad_values_name_the_setting_and_the_range() {
+        let mut c = HandleConfig::default();
+        for (key, value) in [
+            (HANDLE_CAPACITY, "0"),
+            (HANDLE_CAPACITY, "-3"),
+            (HANDLE_CAPACITY, "many"),
+            (HANDLE_TTL, "-5s"),
+            (HANDLE_TTL, "ten minutes"),
+            (HANDLE_TTL, "5 fortnights"),
+            (HANDLE_LIST_TTL, "1e400"),
+            (HANDLE_IDLE_TIMEOUT, "-1"),
+            (HANDLE_MAX_OPEN_FILES, "-1"),
+        ] {
+            let msg = c.set(key, value).unwrap_err().to_string();
+            assert!(msg.contains(key), "{msg}");
+            assert!(msg.contains(value), "{msg}");
+            assert!(msg.contains("expected"), "{msg}");
+        }
+        assert_eq!(
+            c,
+            HandleConfig::default(),
+            "a refused value changes nothing"
+        );
+        let msg = c.set("lakecache.handle.nope", "1").unwrap_err().to_string();
+        assert!(
+            msg.contains("unknown setting 'lakecache.handle.nope'"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn good_values_are_applied() {
+        let mut c = HandleConfig::default();
+        c.set(HANDLE_CAPACITY, "5_000").unwrap();
+        c.set(HANDLE_TTL, "0").unwrap();
+        c.set(HANDLE_IDLE_TIMEOUT, "2m").unwrap();
+        c.set(HANDLE_MAX_OPEN_FILES, "0").unwrap();
+        assert_eq!(c.capacity, 5_000);
+        assert_eq!(c.ttl, Duration::ZERO);
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(120)));
+        assert_eq!(c.max_open_files, 0);
+        c.validate().unwrap();
+        assert!(
+            HandleConfig {
+                capacity: 0,
+                ..HandleConfig::default()
+            }
+            .validate()
+            .is_err()
+        );
+    }
+}

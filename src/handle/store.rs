@@ -1,0 +1,578 @@
+//! [`CachingObjectStore`]: an [`ObjectStore`] wrapper that answers HEAD and LIST from the
+//! [`HandleCache`], reads local files through cached descriptors, and guards ranged reads of
+//! remote objects with the cached e_tag.
+
+use std::any::Any;
+use std::fmt;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{
+    Attributes, CopyOptions, Error, GetOptions, GetResult, GetResultPayload, ListResult,
+    MultipartUpload, OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult, RenameOptions, Result, UploadPart, coalesce_ranges,
+};
+use url::Url;
+
+use super::files::OpenFile;
+use super::{HandleCache, ListKey, ListKind, Listing, ObjectKey};
+
+/// The error a read reports when the object was replaced while it was being read, twice in a
+/// row. Returned inside [`object_store::Error::Generic`]; find it with
+/// `std::error::Error::source` and `downcast_ref::<ObjectChanged>()`.
+#[derive(Debug, Clone)]
+pub struct ObjectChanged {
+    /// The object that changed.
+    pub path: String,
+}
+
+impl fmt::Display for ObjectChanged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "object {} changed while it was being read; run the query again to read its new version",
+            self.path
+        )
+    }
+}
+
+impl std::error::Error for ObjectChanged {}
+
+/// An [`ObjectStore`] that remembers what it learned about objects, in a shared
+/// [`HandleCache`]:
+///
+/// - HEAD requests of a known object and repeated listings of a prefix make no request
+///   (listings have their own, shorter TTL so new files show up);
+/// - over a [`LocalFileSystem`], ranges are read with positional reads on cached descriptors;
+/// - a ranged read of a remote object whose e_tag is known carries it as `If-Match`, so the
+///   ranges of one request never mix two versions of an object: if the object was replaced,
+///   the entry is dropped and the read is retried once on the new version;
+/// - writes, deletes, copies and renames made through the wrapper drop the entries they touch,
+///   and the listings that hold them, before they return.
+///
+/// Every method is forwarded, so the inner store's own `get_ranges` and listing stay in use
+/// whenever the cache has nothing to add.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use object_store::{ObjectStore, ObjectStoreExt, PutPayload, memory::InMemory, path::Path};
+/// # use datafusion_lakecache::{config::HandleConfig, handle::{CachingObjectStore, HandleCache}};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> object_store::Result<()> {
+/// let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+/// let url = url::Url::parse("memory://").unwrap();
+/// let store = CachingObjectStore::new(InMemory::new(), &url, &cache);
+/// let path = Path::from("data/a.parquet");
+/// store.put(&path, PutPayload::from_static(b"PAR1")).await?;
+/// store.head(&path).await?; // a request
+/// store.head(&path).await?; // served from the cache
+/// assert_eq!(cache.stats().metadata.hits, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct CachingObjectStore<S: ObjectStore> {
+    inner: Arc<S>,
+    store: Arc<str>,
+    cache: HandleCache,
+    /// Where objects can be read as local files, through cached descriptors.
+    local: Option<Arc<LocalFileSystem>>,
+    /// Cleared the first time the inner store refuses `If-Match`.
+    if_match: Arc<AtomicBool>,
+}
+
+impl<S: ObjectStore> Clone for CachingObjectStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            store: Arc::clone(&self.store),
+            cache: self.cache.clone(),
+            local: self.local.clone(),
+            if_match: Arc::clone(&self.if_match),
+        }
+    }
+}
+
+impl<S: ObjectStore> fmt::Display for CachingObjectStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CachingObjectStore({})", self.inner)
+    }
+}
+
+impl<S: ObjectStore> CachingObjectStore<S> {
+    /// Wraps `inner`, which serves the objects under `store_url` (for example `s3://bucket`;
+    /// only scheme, host and port are used). Entries are keyed by that URL and the path, so
+    /// wrappers of the same store share entries and different stores never collide.
+    pub fn new(inner: S, store_url: &Url, cache: &HandleCache) -> Self {
+        Self::new_arc(Arc::new(inner), store_url, cache)
+    }
+
+    /// Like [`CachingObjectStore::new`], for a store already behind an `Arc`.
+    pub fn new_arc(inner: Arc<S>, store_url: &Url, cache: &HandleCache) -> Self {
+        let store = &store_url[..url::Position::BeforePath];
+        let any: Arc<dyn Any + Send + Sync> = Arc::clone(&inner) as _;
+        Self {
+            inner,
+            store: store.into(),
+            cache: cache.clone(),
+            local: any.downcast::<LocalFileSystem>().ok(),
+            if_match: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Declares that the inner store's objects are the files `files` resolves, so they are
+    /// read through cached descriptors. Found on its own when the inner store is a
+    /// [`LocalFileSystem`]; use this when it is a wrapper around one.
+    pub fn with_local_files(mut self, files: Arc<LocalFileSystem>) -> Self {
+        self.local = Some(files);
+        self
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<S> {
+        &self.inner
+    }
+
+    /// The cache this wrapper reads and fills.
+    pub fn cache(&self) -> &HandleCache {
+        &self.cache
+    }
+
+    fn key(&self, location: &Path) -> ObjectKey {
+        ObjectKey {
+            store: Arc::clone(&self.store),
+            path: location.clone(),
+        }
+    }
+
+    /// The file behind `location` if the inner store is a local file system and descriptors
+    /// are cached.
+    fn local_path(&self, location: &Path) -> Option<Result<PathBuf>> {
+        if !self.cache.files().enabled() {
+            return None;
+        }
+        Some(self.local.as_ref()?.path_to_filesystem(location))
+    }
+
+    /// Drops everything cached about `location`, descriptor included.
+    fn forget(&self, location: &Path) {
+        self.cache.invalidate(&self.store, location);
+        if let Some(Ok(path)) = self.local_path(location) {
+            self.cache.files().invalidate(&path);
+        }
+    }
+
+    /// Records what a response showed: its metadata, or that the object is gone.
+    fn observe<T>(
+        &self,
+        location: &Path,
+        result: Result<T>,
+        meta: impl Fn(&T) -> &ObjectMeta,
+    ) -> Result<T> {
+        match &result {
+            Ok(value) => self.cache.record(&self.store, meta(value)),
+            Err(Error::NotFound { .. }) => self.forget(location),
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn cached_e_tag(&self, location: &Path) -> Option<String> {
+        if !self.if_match.load(Relaxed) {
+            return None;
+        }
+        self.cache.peek_meta(&self.key(location))?.e_tag
+    }
+
+    /// Reads `ranges` of a local file through a cached descriptor; `ranges` maps the file
+    /// size to the byte ranges wanted.
+    async fn read_local(
+        &self,
+        location: &Path,
+        path: PathBuf,
+        ranges: impl FnOnce(u64) -> Result<Vec<Range<u64>>> + Send + 'static,
+    ) -> Result<(ObjectMeta, Vec<Range<u64>>, Vec<Bytes>)> {
+        let cache = self.cache.clone();
+        let loc = location.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let file: Arc<OpenFile> = cache
+                .files()
+                .open(&path)
+                .map_err(|e| io_error(e, &loc, &path))?;
+            let ranges = ranges(file.size())?;
+            let bytes = ranges
+                .iter()
+                .map(|r| {
+                    file.read(&path, r.clone())
+                        .map_err(|e| io_error(e, &loc, &path))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((file.meta(&loc), ranges, bytes))
+        })
+        .await
+        .map_err(|source| Error::JoinError { source })?;
+        self.observe(location, read, |(meta, _, _)| meta)
+    }
+
+    /// `get_ranges` with every request guarded by `If-Match: e_tag`, coalesced the way
+    /// object_store's default `get_ranges` does.
+    async fn get_ranges_if_match(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+        e_tag: &str,
+    ) -> Result<Vec<Bytes>> {
+        coalesce_ranges(
+            ranges,
+            |range| {
+                let options = GetOptions::new()
+                    .with_range(Some(range))
+                    .with_if_match(Some(e_tag));
+                async move { self.inner.get_opts(location, options).await?.bytes().await }
+            },
+            OBJECT_STORE_COALESCE_DEFAULT,
+        )
+        .await
+    }
+
+    /// A HEAD of the inner store, recorded in the cache.
+    async fn head_inner(&self, location: &Path) -> Result<ObjectMeta> {
+        let head = self
+            .inner
+            .get_opts(location, GetOptions::new().with_head(true))
+            .await;
+        self.observe(location, head, |r| &r.meta).map(|r| r.meta)
+    }
+}
+
+fn is_unconditional(options: &GetOptions) -> bool {
+    options.if_match.is_none()
+        && options.if_none_match.is_none()
+        && options.if_modified_since.is_none()
+        && options.if_unmodified_since.is_none()
+        && options.version.is_none()
+}
+
+fn is_unsupported(e: &Error) -> bool {
+    matches!(e, Error::NotImplemented { .. } | Error::NotSupported { .. })
+}
+
+fn io_error(e: std::io::Error, location: &Path, path: &std::path::Path) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound {
+            path: location.to_string(),
+            source: Box::new(e),
+        },
+        _ => Error::Generic {
+            store: "LocalFileSystem",
+            source: format!("reading {}: {e}", path.display()).into(),
+        },
+    }
+}
+
+fn head_result(meta: ObjectMeta) -> GetResult {
+    GetResult {
+        payload: GetResultPayload::Stream(stream::empty().boxed()),
+        range: 0..0,
+        meta,
+        attributes: Attributes::default(),
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.forget(location);
+        let result = self.inner.put_opts(location, payload, opts).await;
+        self.forget(location);
+        result
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.forget(location);
+        let upload = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(ForgettingUpload {
+            upload,
+            store: self.clone(),
+            location: location.clone(),
+        }))
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        if !is_unconditional(&options) {
+            let result = self.inner.get_opts(location, options).await;
+            return self.observe(location, result, |r| &r.meta);
+        }
+        if options.head {
+            if let Some(meta) = self.cache.meta(&self.key(location)) {
+                return Ok(head_result(meta));
+            }
+            return self.head_inner(location).await.map(head_result);
+        }
+        let Some(range) = options.range.clone() else {
+            // A whole-object read is one request: it cannot mix versions.
+            let result = self.inner.get_opts(location, options).await;
+            return self.observe(location, result, |r| &r.meta);
+        };
+        if let Some(path) = self.local_path(location) {
+            let ranges = move |size| {
+                range
+                    .as_range(size)
+                    .map(|r| vec![r])
+                    .map_err(|source| Error::Generic {
+                        store: "LocalFileSystem",
+                        source: Box::new(source),
+                    })
+            };
+            let (meta, ranges, mut bytes) = self.read_local(location, path?, ranges).await?;
+            return Ok(GetResult {
+                payload: GetResultPayload::Stream(stream::iter(bytes.pop().map(Ok)).boxed()),
+                range: ranges[0].clone(),
+                meta,
+                attributes: Attributes::default(),
+            });
+        }
+        if let Some(e_tag) = self.cached_e_tag(location) {
+            let guarded = options.clone().with_if_match(Some(e_tag));
+            match self.inner.get_opts(location, guarded).await {
+                // Replaced since we cached it: drop the entry, read the new version below.
+                Err(Error::Precondition { .. }) => self.forget(location),
+                Err(e) if is_unsupported(&e) => self.if_match.store(false, Relaxed),
+                other => return self.observe(location, other, |r| &r.meta),
+            }
+        }
+        let result = self.inner.get_opts(location, options).await;
+        self.observe(location, result, |r| &r.meta)
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        if let Some(path) = self.local_path(location) {
+            let wanted = ranges.to_vec();
+            let (_, _, bytes) = self
+                .read_local(location, path?, move |_| Ok(wanted))
+                .await?;
+            return Ok(bytes);
+        }
+        let Some(mut e_tag) = self.cached_e_tag(location) else {
+            let result = self.inner.get_ranges(location, ranges).await;
+            if let Err(Error::NotFound { .. }) = &result {
+                self.forget(location);
+            }
+            return result;
+        };
+        let mut retried = false;
+        loop {
+            match self.get_ranges_if_match(location, ranges, &e_tag).await {
+                Err(Error::Precondition { .. }) if !retried => {
+                    // Replaced: learn the new version, then read all ranges from it.
+                    self.forget(location);
+                    retried = true;
+                    match self.head_inner(location).await?.e_tag {
+                        Some(new) => e_tag = new,
+                        None => return self.inner.get_ranges(location, ranges).await,
+                    }
+                }
+                Err(Error::Precondition { .. }) => {
+                    self.forget(location);
+                    return Err(Error::Generic {
+                        store: "CachingObjectStore",
+                        source: Box::new(ObjectChanged {
+                            path: location.to_string(),
+                        }),
+                    });
+                }
+                Err(e) if is_unsupported(&e) => {
+                    self.if_match.store(false, Relaxed);
+                    return self.inner.get_ranges(location, ranges).await;
+                }
+                Err(e @ Error::NotFound { .. }) => {
+                    self.forget(location);
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let before = self.clone();
+        let after = self.clone();
+        let locations = locations
+            .inspect(move |l| {
+                if let Ok(l) = l {
+                    before.forget(l);
+                }
+            })
+            .boxed();
+        self.inner
+            .delete_stream(locations)
+            .inspect(move |l| {
+                if let Ok(l) = l {
+                    after.forget(l);
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let key = ListKey {
+            store: Arc::clone(&self.store),
+            prefix: prefix.cloned(),
+            kind: ListKind::Recursive,
+        };
+        if let Some(listing) = self.cache.listing(&key) {
+            return stream::iter(listing.objects.clone().into_iter().map(Ok)).boxed();
+        }
+        self.recording(key, self.inner.list(prefix))
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let key = ListKey {
+            store: Arc::clone(&self.store),
+            prefix: prefix.cloned(),
+            kind: ListKind::After(offset.clone()),
+        };
+        if let Some(listing) = self.cache.listing(&key) {
+            return stream::iter(listing.objects.clone().into_iter().map(Ok)).boxed();
+        }
+        self.recording(key, self.inner.list_with_offset(prefix, offset))
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        let key = ListKey {
+            store: Arc::clone(&self.store),
+            prefix: prefix.cloned(),
+            kind: ListKind::Delimited,
+        };
+        if let Some(listing) = self.cache.listing(&key) {
+            return Ok(listing.to_list_result());
+        }
+        let epoch = self.cache.epoch();
+        let result = self.inner.list_with_delimiter(prefix).await?;
+        self.cache.record_listing(
+            key,
+            Listing {
+                objects: result.objects.clone(),
+                common_prefixes: result.common_prefixes.clone(),
+            },
+            epoch,
+        );
+        Ok(result)
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.forget(to);
+        let result = self.inner.copy_opts(from, to, options).await;
+        self.forget(to);
+        result
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.forget(from);
+        self.forget(to);
+        let result = self.inner.rename_opts(from, to, options).await;
+        self.forget(from);
+        self.forget(to);
+        result
+    }
+}
+
+impl<S: ObjectStore> CachingObjectStore<S> {
+    /// Passes a listing through while collecting it; a listing that completes without error
+    /// and without an intervening write is cached.
+    fn recording(
+        &self,
+        key: ListKey,
+        listing: BoxStream<'static, Result<ObjectMeta>>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        struct State {
+            listing: BoxStream<'static, Result<ObjectMeta>>,
+            seen: Option<Vec<ObjectMeta>>,
+            done: Option<(HandleCache, ListKey, u64)>,
+        }
+        let cache = self.cache.clone();
+        let epoch = cache.epoch();
+        let state = State {
+            listing,
+            seen: Some(Vec::new()),
+            done: Some((cache, key, epoch)),
+        };
+        stream::unfold(state, |mut s| async move {
+            match s.listing.next().await {
+                Some(item) => {
+                    match (&item, &mut s.seen, &s.done) {
+                        (Ok(meta), Some(seen), Some((cache, _, _)))
+                            if cache.listing_fits(seen.len() + 1) =>
+                        {
+                            seen.push(meta.clone())
+                        }
+                        _ => s.seen = None,
+                    }
+                    Some((item, s))
+                }
+                None => {
+                    if let (Some(objects), Some((cache, key, epoch))) =
+                        (s.seen.take(), s.done.take())
+                    {
+                        let listing = Listing {
+                            objects,
+                            common_prefixes: vec![],
+                        };
+                        cache.record_listing(key, listing, epoch);
+                    }
+                    None
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+/// A multipart upload that drops the cached entries of its object once it completes.
+#[derive(Debug)]
+struct ForgettingUpload<S: ObjectStore> {
+    upload: Box<dyn MultipartUpload>,
+    store: CachingObjectStore<S>,
+    location: Path,
+}
+
+#[async_trait]
+impl<S: ObjectStore> MultipartUpload for ForgettingUpload<S> {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        self.upload.put_part(data)
+    }
+
+    async fn complete(&mut self) -> Result<PutResult> {
+        let result = self.upload.complete().await;
+        self.store.forget(&self.location);
+        result
+    }
+
+    async fn abort(&mut self) -> Result<()> {
+        self.upload.abort().await
+    }
+}

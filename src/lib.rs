@@ -1,0 +1,160 @@
+//! Make Apache DataFusion fast over data lakes: many Parquet files on object stores (S3, GCS,
+//! Azure, HTTP) or local disks, read again and again by SQL.
+//!
+//! One [`LakeCache`] per process holds the shared caches. Wrap each object store in a
+//! [`CachingObjectStore`] over it and register the wrapper in a `SessionContext`; DataFusion's
+//! Parquet scans then run as before (projection, pruning and filter pushdown unchanged) while
+//! repeated HEAD and LIST requests and local file opens are served from the cache.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use datafusion::prelude::SessionContext;
+//! use datafusion_lakecache::{CachingObjectStore, LakeCache};
+//! use object_store::local::LocalFileSystem;
+//!
+//! let lake = LakeCache::builder().handle_capacity(10_000).build().unwrap();
+//! let url = url::Url::parse("file://").unwrap();
+//! let store = CachingObjectStore::new(LocalFileSystem::new(), &url, lake.handles());
+//! let ctx = SessionContext::new();
+//! ctx.register_object_store(&url, Arc::new(store));
+//! // ctx.register_parquet(...) and SQL as usual; lake.stats() shows the cache's figures.
+//! ```
+
+pub mod config;
+pub mod handle;
+pub mod stats;
+pub mod testkit;
+
+use std::time::Duration;
+
+use datafusion::error::Result;
+
+pub use config::HandleConfig;
+pub use handle::{CachingObjectStore, HandleCache, HandleStats, ObjectChanged};
+pub use stats::CacheStats;
+
+/// The shared state of the crate: one per process, cheap to clone, shared by every session
+/// and query. Built with [`LakeCache::builder`].
+#[derive(Debug, Clone)]
+pub struct LakeCache {
+    handles: HandleCache,
+}
+
+impl LakeCache {
+    /// A builder with every setting at its default.
+    pub fn builder() -> LakeCacheBuilder {
+        LakeCacheBuilder::default()
+    }
+
+    /// The handle cache: object metadata, listings and local file descriptors.
+    pub fn handles(&self) -> &HandleCache {
+        &self.handles
+    }
+
+    /// A snapshot of every cache's figures.
+    pub fn stats(&self) -> LakeStats {
+        LakeStats {
+            handles: self.handles.stats(),
+        }
+    }
+
+    /// Drops every cached entry.
+    pub fn clear(&self) {
+        self.handles.clear();
+    }
+}
+
+/// Figures of every cache of a [`LakeCache`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LakeStats {
+    /// The handle cache.
+    pub handles: HandleStats,
+}
+
+/// Builds a [`LakeCache`]; [`LakeCacheBuilder::build`] validates every setting.
+#[derive(Debug, Clone, Default)]
+pub struct LakeCacheBuilder {
+    handle: HandleConfig,
+    error: Option<String>,
+}
+
+impl LakeCacheBuilder {
+    /// Maximum number of cached object metadata entries (default 10,000; must be > 0).
+    pub fn handle_capacity(mut self, entries: u64) -> Self {
+        self.handle.capacity = entries;
+        self
+    }
+
+    /// How long cached metadata stays valid (default 10 min; `Duration::ZERO` = no expiry).
+    pub fn handle_ttl(mut self, ttl: Duration) -> Self {
+        self.handle.ttl = ttl;
+        self
+    }
+
+    /// Drop entries unused for this long (default: no idle timeout).
+    pub fn handle_idle_timeout(mut self, idle: Option<Duration>) -> Self {
+        self.handle.idle_timeout = idle;
+        self
+    }
+
+    /// How long a cached listing stays valid (default 60 s).
+    pub fn list_ttl(mut self, ttl: Duration) -> Self {
+        self.handle.list_ttl = ttl;
+        self
+    }
+
+    /// Maximum local file descriptors kept open (default 1,000; 0 turns it off; never more
+    /// than half the soft `ulimit -n`).
+    pub fn max_open_files(mut self, files: usize) -> Self {
+        self.handle.max_open_files = files;
+        self
+    }
+
+    /// Sets a setting from its `lakecache.*` key and a string value, as SQL `SET` does.
+    /// A bad value is reported by [`LakeCacheBuilder::build`].
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        if self.error.is_none()
+            && let Err(e) = self.handle.set(key, value)
+        {
+            self.error = Some(match e {
+                datafusion::error::DataFusionError::Configuration(m) => m,
+                other => other.to_string(),
+            });
+        }
+        self
+    }
+
+    /// Validates the settings and builds the caches.
+    pub fn build(self) -> Result<LakeCache> {
+        if let Some(e) = self.error {
+            return Err(datafusion::error::DataFusionError::Configuration(e));
+        }
+        Ok(LakeCache {
+            handles: HandleCache::try_new(self.handle)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_refuses_bad_settings_with_their_name() {
+        let err = LakeCache::builder().handle_capacity(0).build().unwrap_err();
+        assert!(
+            err.to_string().contains("lakecache.handle.capacity"),
+            "{err}"
+        );
+        let err = LakeCache::builder()
+            .set("lakecache.handle.ttl", "-1s")
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("lakecache.handle.ttl"), "{err}");
+        let lake = LakeCache::builder()
+            .set("lakecache.handle.ttl", "0")
+            .build()
+            .unwrap();
+        assert_eq!(lake.handles().config().ttl, Duration::ZERO);
+    }
+}

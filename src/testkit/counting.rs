@@ -1,0 +1,179 @@
+//! [`CountingStore`]: counts the requests that reach a store, by kind.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, OBJECT_STORE_COALESCE_DEFAULT,
+    ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    Result, coalesce_ranges,
+};
+
+/// Requests seen by a [`CountingStore`] since it was built or last reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// HEAD requests (`get_opts` with `head`).
+    pub head: u64,
+    /// GET requests: one per `get_opts`, one per coalesced range of `get_ranges`.
+    pub get: u64,
+    /// Listings (`list`, `list_with_offset`, `list_with_delimiter`).
+    pub list: u64,
+    /// Writes, deletes, copies and renames.
+    pub write: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    head: AtomicU64,
+    get: AtomicU64,
+    list: AtomicU64,
+    write: AtomicU64,
+}
+
+/// Wraps a store and counts each request that reaches it.
+///
+/// ```
+/// # use object_store::{ObjectStoreExt, PutPayload, memory::InMemory, path::Path};
+/// # use datafusion_lakecache::testkit::CountingStore;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> object_store::Result<()> {
+/// let store = CountingStore::new(InMemory::new());
+/// store.put(&Path::from("a"), PutPayload::from_static(b"x")).await?;
+/// store.head(&Path::from("a")).await?;
+/// assert_eq!(store.counts().head, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct CountingStore<S> {
+    inner: S,
+    counters: Arc<Counters>,
+}
+
+impl<S: ObjectStore> CountingStore<S> {
+    /// Counts the requests made to `inner`.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> RequestCounts {
+        let c = &self.counters;
+        RequestCounts {
+            head: c.head.load(Relaxed),
+            get: c.get.load(Relaxed),
+            list: c.list.load(Relaxed),
+            write: c.write.load(Relaxed),
+        }
+    }
+
+    /// Sets every count back to zero.
+    pub fn reset(&self) {
+        let c = &self.counters;
+        for counter in [&c.head, &c.get, &c.list, &c.write] {
+            counter.store(0, Relaxed);
+        }
+    }
+}
+
+impl<S: ObjectStore> fmt::Display for CountingStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CountingStore({})", self.inner)
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<S: ObjectStore> ObjectStore for CountingStore<S> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.counters.write.fetch_add(1, Relaxed);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.counters.write.fetch_add(1, Relaxed);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        let counter = if options.head {
+            &self.counters.head
+        } else {
+            &self.counters.get
+        };
+        counter.fetch_add(1, Relaxed);
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        coalesce_ranges(
+            ranges,
+            |r| async move {
+                let options = GetOptions::new().with_range(Some(r));
+                self.get_opts(location, options).await?.bytes().await
+            },
+            OBJECT_STORE_COALESCE_DEFAULT,
+        )
+        .await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let counters = Arc::clone(&self.counters);
+        let locations = locations
+            .inspect(move |_| {
+                counters.write.fetch_add(1, Relaxed);
+            })
+            .boxed();
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.counters.write.fetch_add(1, Relaxed);
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.counters.write.fetch_add(1, Relaxed);
+        self.inner.rename_opts(from, to, options).await
+    }
+}

@@ -1,0 +1,34 @@
+//! Running SQL over a lake in a fresh `SessionContext`, as each query of a service that plans
+//! queries afresh does.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::error::Result;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use object_store::ObjectStore;
+use url::Url;
+
+/// Where a lake is and which store serves it.
+#[derive(Debug, Clone)]
+pub struct LakeLocation {
+    /// URL of the store, such as `file://` or `s3://bucket`.
+    pub store_url: Url,
+    /// The store to register for `store_url`.
+    pub store: Arc<dyn ObjectStore>,
+    /// The table's location, such as `/data/lake/` or `s3://bucket/lake/`.
+    pub table_url: String,
+}
+
+/// Runs `sql` in a new `SessionContext` configured by `config`, where the lake is table `t`.
+pub async fn query(
+    lake: &LakeLocation,
+    sql: &str,
+    config: SessionConfig,
+) -> Result<Vec<RecordBatch>> {
+    let ctx = SessionContext::new_with_config(config);
+    ctx.register_object_store(&lake.store_url, Arc::clone(&lake.store));
+    ctx.register_parquet("t", &lake.table_url, ParquetReadOptions::default())
+        .await?;
+    ctx.sql(sql).await?.collect().await
+}

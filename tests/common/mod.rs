@@ -1,0 +1,172 @@
+//! Test fixtures shared by the integration tests: the storage backends every test runs on
+//! (a local directory always, the S3 server when `LAKECACHE_S3_ENDPOINT` is set) and a way to
+//! run SQL through a fresh `SessionContext` over a given store.
+//!
+//! Request counting, latency, faults and data generation come from the crate's `testkit`.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::error::Result;
+use datafusion::prelude::SessionConfig;
+use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use datafusion_lakecache::testkit::{CountingStore, LakeLocation, query};
+use datafusion_lakecache::{CachingObjectStore, LakeCache};
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use url::Url;
+
+/// The store every test counts requests on.
+pub type Counted = CountingStore<Arc<dyn ObjectStore>>;
+/// The cached store over it.
+pub type Cached = CachingObjectStore<Counted>;
+
+/// One place a lake can live.
+pub struct Backend {
+    /// `local` or `s3`.
+    pub name: &'static str,
+    /// URL of the store (`file://` or `s3://bucket`).
+    pub store_url: Url,
+    /// The store itself, without any wrapper.
+    pub raw: Arc<dyn ObjectStore>,
+    /// The lake's prefix in the store.
+    pub prefix: Path,
+    local: Option<Arc<LocalFileSystem>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+/// The backends to run a test on: a local directory, and the S3 server if configured.
+/// Without `LAKECACHE_S3_ENDPOINT` the S3 part is skipped with a message, except in CI
+/// (`CI=true`), where a skipped S3 test fails.
+pub fn backends(test: &str) -> Vec<Backend> {
+    let mut all = vec![local_backend()];
+    match s3_backend(test) {
+        Some(s3) => all.push(s3),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: LAKECACHE_S3_ENDPOINT is not set; in CI the S3 tests must run")
+        }
+        None => eprintln!("{test}: S3 part skipped (set LAKECACHE_S3_ENDPOINT to run it)"),
+    }
+    all
+}
+
+pub fn local_backend() -> Backend {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fs = Arc::new(LocalFileSystem::new());
+    let prefix = Path::from_absolute_path(dir.path().join("lake")).expect("valid path");
+    Backend {
+        name: "local",
+        store_url: Url::parse("file://").unwrap(),
+        raw: fs.clone(),
+        prefix,
+        local: Some(fs),
+        _dir: Some(dir),
+    }
+}
+
+pub fn s3_backend(test: &str) -> Option<Backend> {
+    let endpoint = std::env::var("LAKECACHE_S3_ENDPOINT").ok()?;
+    let bucket = std::env::var("LAKECACHE_S3_BUCKET").unwrap_or_else(|_| "lakecache-test".into());
+    let store = AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_bucket_name(&bucket)
+        .with_allow_http(true)
+        .with_virtual_hosted_style_request(false)
+        .with_region("us-east-1")
+        .with_access_key_id(
+            std::env::var("LAKECACHE_S3_ACCESS_KEY").unwrap_or_else(|_| "lakecache".into()),
+        )
+        .with_secret_access_key(
+            std::env::var("LAKECACHE_S3_SECRET_KEY").unwrap_or_else(|_| "lakecache".into()),
+        )
+        .build()
+        .expect("S3 store from LAKECACHE_S3_ENDPOINT");
+    let unique = format!(
+        "{test}-{}-{}",
+        std::process::id(),
+        UNIQUE.fetch_add(1, Ordering::Relaxed)
+    );
+    Some(Backend {
+        name: "s3",
+        store_url: Url::parse(&format!("s3://{bucket}")).unwrap(),
+        raw: Arc::new(store),
+        prefix: Path::from(unique),
+        local: None,
+        _dir: None,
+    })
+}
+
+impl Backend {
+    /// A request-counting store over the raw store.
+    pub fn counting(&self) -> Arc<Counted> {
+        Arc::new(CountingStore::new(Arc::clone(&self.raw)))
+    }
+
+    /// The cached store over `counted`, reading local files through cached descriptors.
+    pub fn cached(&self, counted: &Arc<Counted>, lake: &LakeCache) -> Arc<Cached> {
+        let store =
+            CachingObjectStore::new_arc(Arc::clone(counted), &self.store_url, lake.handles());
+        Arc::new(match &self.local {
+            Some(fs) => store.with_local_files(Arc::clone(fs)),
+            None => store,
+        })
+    }
+
+    /// Writes a generated lake under the prefix.
+    pub async fn write(&self, spec: &LakeSpec) -> Vec<Path> {
+        write_lake(self.raw.as_ref(), &self.prefix, spec)
+            .await
+            .expect("lake written")
+    }
+
+    /// The table location of the lake, as SQL would name it.
+    pub fn table_url(&self) -> String {
+        format!(
+            "{}/{}/",
+            self.store_url.as_str().trim_end_matches('/'),
+            self.prefix
+        )
+    }
+}
+
+/// Runs `sql` in a new `SessionContext` whose object store for the backend is `store` and
+/// where `t` is the lake; returns the result as sorted lines of text.
+pub async fn scan(
+    backend: &Backend,
+    store: Arc<dyn ObjectStore>,
+    sql: &str,
+) -> Result<Vec<String>> {
+    scan_with(backend, store, sql, SessionConfig::new()).await
+}
+
+/// [`scan`] with a session configuration.
+pub async fn scan_with(
+    backend: &Backend,
+    store: Arc<dyn ObjectStore>,
+    sql: &str,
+    config: SessionConfig,
+) -> Result<Vec<String>> {
+    let lake = LakeLocation {
+        store_url: backend.store_url.clone(),
+        store,
+        table_url: backend.table_url(),
+    };
+    let batches = query(&lake, sql, config).await?;
+    let text = pretty_format_batches(&batches)?.to_string();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    Ok(lines)
+}
+
+/// The queries of the handle-cache workload: full scan, filtered scan, column pruning.
+pub const WORKLOAD: [&str; 3] = [
+    "SELECT count(*), sum(id), min(name), max(ts), count(note) FROM t",
+    "SELECT id, name, value FROM t WHERE id % 997 = 3 AND category IN ('beta', 'eta') ORDER BY id",
+    "SELECT category, count(*), round(sum(value), 3) FROM t GROUP BY category ORDER BY category",
+];
