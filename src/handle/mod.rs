@@ -229,15 +229,12 @@ impl HandleCache {
         self.inner.epoch.load(Relaxed)
     }
 
-    /// Caches a complete listing and the metadata of every object in it. A listing with more
-    /// objects than the capacity is not kept, nor one that started (at `epoch`) before an
-    /// invalidation: it may have missed the write that caused it.
+    /// Caches a complete listing. A listing with more objects than the capacity is not kept,
+    /// nor one that started (at `epoch`) before an invalidation: it may have missed the write
+    /// that caused it. The metadata of its objects is recorded by the caller as it streams.
     pub(crate) fn record_listing(&self, key: ListKey, listing: Listing, epoch: u64) {
         if self.epoch() != epoch {
             return;
-        }
-        for meta in &listing.objects {
-            self.record(&key.store, meta);
         }
         if (listing.objects.len() as u64) < self.inner.config.capacity {
             self.inner.lists.insert(key, Arc::new(listing));

@@ -473,6 +473,9 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
         }
         let epoch = self.cache.epoch();
         let result = self.inner.list_with_delimiter(prefix).await?;
+        for meta in &result.objects {
+            self.cache.record(&self.store, meta);
+        }
         self.cache.record_listing(
             key,
             Listing {
@@ -524,11 +527,15 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         stream::unfold(state, |mut s| async move {
             match s.listing.next().await {
                 Some(item) => {
-                    match (&item, &mut s.seen, &s.done) {
-                        (Ok(meta), Some(seen), Some((cache, _, _)))
-                            if cache.listing_fits(seen.len() + 1) =>
-                        {
-                            seen.push(meta.clone())
+                    match (&item, &s.done) {
+                        (Ok(meta), Some((cache, key, _))) => {
+                            cache.record(&key.store, meta);
+                            match &mut s.seen {
+                                Some(seen) if cache.listing_fits(seen.len() + 1) => {
+                                    seen.push(meta.clone())
+                                }
+                                _ => s.seen = None,
+                            }
                         }
                         _ => s.seen = None,
                     }
