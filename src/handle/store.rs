@@ -583,3 +583,203 @@ impl<S: ObjectStore> MultipartUpload for ForgettingUpload<S> {
         self.upload.abort().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HandleConfig;
+    use crate::testkit::{CountingStore, FaultStore, Op};
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    type Stack = CachingObjectStore<Arc<CountingStore<Arc<FaultStore<InMemory>>>>>;
+
+    fn stack() -> (
+        Stack,
+        Arc<CountingStore<Arc<FaultStore<InMemory>>>>,
+        Arc<FaultStore<InMemory>>,
+    ) {
+        let faults = Arc::new(FaultStore::new(InMemory::new()));
+        let counted = Arc::new(CountingStore::new(Arc::clone(&faults)));
+        let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+        let url = Url::parse("memory://").unwrap();
+        let store = CachingObjectStore::new(Arc::clone(&counted), &url, &cache);
+        (store, counted, faults)
+    }
+
+    async fn put(store: &impl ObjectStore, path: &str, body: &'static [u8]) {
+        store
+            .put(&Path::from(path), PutPayload::from_static(body))
+            .await
+            .unwrap();
+    }
+
+    async fn list(store: &impl ObjectStore, prefix: &str) -> Vec<String> {
+        let listed: Vec<ObjectMeta> = store
+            .list(Some(&Path::from(prefix)))
+            .try_collect()
+            .await
+            .unwrap();
+        let mut names: Vec<String> = listed.into_iter().map(|m| m.location.to_string()).collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn heads_and_listings_are_served_from_the_cache() {
+        let (store, counted, _) = stack();
+        put(&store, "d/a", b"aaaa").await;
+        put(&store, "d/b", b"bb").await;
+        counted.reset();
+        assert_eq!(list(&store, "d").await, ["d/a", "d/b"]);
+        assert_eq!(list(&store, "d").await, ["d/a", "d/b"]);
+        // The listing taught the cache both objects' metadata.
+        assert_eq!(store.head(&Path::from("d/a")).await.unwrap().size, 4);
+        let delimited = store
+            .list_with_delimiter(Some(&Path::from("d")))
+            .await
+            .unwrap();
+        assert_eq!(delimited.objects.len(), 2);
+        store
+            .list_with_delimiter(Some(&Path::from("d")))
+            .await
+            .unwrap();
+        let c = counted.counts();
+        assert_eq!(
+            (c.list, c.head),
+            (2, 0),
+            "one recursive and one delimited listing"
+        );
+        let stats = store.cache().stats();
+        assert_eq!(stats.listings.hits, 2);
+        assert_eq!(stats.metadata.hits, 1);
+    }
+
+    #[tokio::test]
+    async fn writes_through_the_wrapper_invalidate_what_they_touch() {
+        let (store, counted, _) = stack();
+        put(&store, "d/a", b"aaaa").await;
+        assert_eq!(list(&store, "d").await, ["d/a"]);
+        put(&store, "d/b", b"bb").await;
+        assert_eq!(
+            list(&store, "d").await,
+            ["d/a", "d/b"],
+            "put drops the parent listing"
+        );
+        store
+            .copy(&Path::from("d/a"), &Path::from("d/c"))
+            .await
+            .unwrap();
+        assert_eq!(list(&store, "d").await, ["d/a", "d/b", "d/c"]);
+        store
+            .rename(&Path::from("d/c"), &Path::from("e/c"))
+            .await
+            .unwrap();
+        assert_eq!(list(&store, "d").await, ["d/a", "d/b"]);
+        store.delete(&Path::from("d/a")).await.unwrap();
+        assert_eq!(list(&store, "d").await, ["d/b"]);
+        let err = store.head(&Path::from("d/a")).await.unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+        let mut upload = store.put_multipart(&Path::from("d/m")).await.unwrap();
+        upload.put_part(PutPayload::from_static(b"mmm"));
+        upload.complete().await.unwrap();
+        assert_eq!(list(&store, "d").await, ["d/b", "d/m"]);
+        assert_eq!(store.head(&Path::from("d/b")).await.unwrap().size, 2);
+        counted.reset();
+        store.head(&Path::from("d/m")).await.unwrap();
+        assert_eq!(counted.counts().head, 0, "known from the listing");
+    }
+
+    #[tokio::test]
+    async fn a_replaced_object_is_read_whole_from_its_new_version() {
+        let (store, counted, faults) = stack();
+        let path = Path::from("f");
+        put(&store, "f", b"0123456789").await;
+        store.head(&path).await.unwrap();
+        // Replaced behind the cache's back.
+        faults
+            .put(
+                &path,
+                PutPayload::from_static(b"abcdefghijklmnopqrstuvwxyz"),
+            )
+            .await
+            .unwrap();
+        counted.reset();
+        let ranges = store.get_ranges(&path, &[0..2, 5..7, 8..10]).await.unwrap();
+        assert_eq!(ranges, [&b"ab"[..], &b"fg"[..], &b"ij"[..]]);
+        let c = counted.counts();
+        assert_eq!(
+            (c.get, c.head),
+            (2, 1),
+            "refused GET, HEAD of the new version, GET"
+        );
+        assert_eq!(store.head(&path).await.unwrap().size, 26, "entry replaced");
+        assert!(store.cache().stats().metadata.invalidations >= 1);
+
+        // The same for a single ranged GET.
+        faults
+            .put(&path, PutPayload::from_static(b"ZYX"))
+            .await
+            .unwrap();
+        let got = store.get_range(&path, 0..3).await.unwrap();
+        assert_eq!(&got[..], b"ZYX");
+        assert_eq!(store.head(&path).await.unwrap().size, 3);
+    }
+
+    #[tokio::test]
+    async fn failed_requests_are_not_cached() {
+        let (store, counted, faults) = stack();
+        put(&store, "d/a", b"aaaa").await;
+        faults.fail(Op::Head, 1);
+        assert!(store.head(&Path::from("d/a")).await.is_err());
+        assert_eq!(store.head(&Path::from("d/a")).await.unwrap().size, 4);
+
+        faults.fail(Op::List, 1);
+        let failed: Result<Vec<ObjectMeta>> =
+            store.list(Some(&Path::from("d"))).try_collect().await;
+        assert!(failed.unwrap_err().to_string().contains("injected"));
+        counted.reset();
+        assert_eq!(list(&store, "d").await, ["d/a"]);
+        assert_eq!(
+            counted.counts().list,
+            1,
+            "the failed listing was not cached"
+        );
+
+        faults.fail(Op::List, 1);
+        assert!(
+            store
+                .list_with_delimiter(Some(&Path::from("d")))
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            store
+                .list_with_delimiter(Some(&Path::from("d")))
+                .await
+                .unwrap()
+                .objects
+                .len(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_object_is_reported_and_forgotten() {
+        let (store, _, faults) = stack();
+        put(&store, "gone", b"xx").await;
+        store.head(&Path::from("gone")).await.unwrap();
+        faults.delete(&Path::from("gone")).await.unwrap();
+        let err = store
+            .get_ranges(&Path::from("gone"), &[0..1])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+        let err = store.head(&Path::from("gone")).await.unwrap_err();
+        assert!(
+            matches!(err, Error::NotFound { .. }),
+            "the cached entry was dropped: {err}"
+        );
+    }
+}
