@@ -134,7 +134,6 @@ impl OpenFile {
 #[derive(Debug)]
 pub(crate) struct OpenFiles {
     cache: Option<Cache<PathBuf, Arc<OpenFile>>>,
-    capacity: u64,
     counters: Arc<CacheCounters>,
     open_now: Arc<AtomicU64>,
 }
@@ -155,7 +154,6 @@ impl OpenFiles {
         });
         Self {
             cache,
-            capacity,
             counters,
             open_now: Arc::new(AtomicU64::new(0)),
         }

@@ -593,13 +593,11 @@ mod tests {
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
 
-    type Stack = CachingObjectStore<Arc<CountingStore<Arc<FaultStore<InMemory>>>>>;
+    type Faulty = Arc<FaultStore<InMemory>>;
+    type Counted = Arc<CountingStore<Faulty>>;
+    type Stack = CachingObjectStore<Counted>;
 
-    fn stack() -> (
-        Stack,
-        Arc<CountingStore<Arc<FaultStore<InMemory>>>>,
-        Arc<FaultStore<InMemory>>,
-    ) {
+    fn stack() -> (Stack, Counted, Faulty) {
         let faults = Arc::new(FaultStore::new(InMemory::new()));
         let counted = Arc::new(CountingStore::new(Arc::clone(&faults)));
         let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
@@ -682,7 +680,10 @@ mod tests {
         let err = store.head(&Path::from("d/a")).await.unwrap_err();
         assert!(matches!(err, Error::NotFound { .. }), "{err}");
         let mut upload = store.put_multipart(&Path::from("d/m")).await.unwrap();
-        upload.put_part(PutPayload::from_static(b"mmm"));
+        upload
+            .put_part(PutPayload::from_static(b"mmm"))
+            .await
+            .unwrap();
         upload.complete().await.unwrap();
         assert_eq!(list(&store, "d").await, ["d/b", "d/m"]);
         assert_eq!(store.head(&Path::from("d/b")).await.unwrap().size, 2);
@@ -772,7 +773,7 @@ mod tests {
         store.head(&Path::from("gone")).await.unwrap();
         faults.delete(&Path::from("gone")).await.unwrap();
         let err = store
-            .get_ranges(&Path::from("gone"), &[0..1])
+            .get_ranges(&Path::from("gone"), &[0..1, 1..2])
             .await
             .unwrap_err();
         assert!(matches!(err, Error::NotFound { .. }), "{err}");
