@@ -360,6 +360,7 @@ mod tests {
             ..key.clone()
         };
         let old = meta("dir/a", 10, Some("v1"));
+        cache.record(&store, &old);
         for k in [&key, &other] {
             cache.record_listing(
                 k.clone(),
