@@ -11,7 +11,7 @@ use common::{Backend, WORKLOAD, backends, scan, scan_with};
 use datafusion::prelude::SessionConfig;
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes};
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 fn lake() -> LakeCache {
     LakeCache::builder().build().unwrap()
@@ -77,7 +77,8 @@ async fn repeated_scans_are_identical_and_make_no_head_or_list() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filtered_scan_with_pushdown_matches_the_plain_store() {
     for b in backends("filtered_pushdown") {
-        b.write(&LakeSpec::small_files(6)).await;
+        b.write(&LakeSpec::small_files(6).with_row_groups_of(1_000))
+            .await;
         let lake = lake();
         let store = b.cached(&b.counting(), &lake);
         for pushdown in [true, false] {
@@ -313,5 +314,44 @@ async fn eight_concurrent_tasks_share_one_cache() {
             }
         }
         assert!(lake.stats().handles.listings.hits > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranged_reads_of_a_replaced_object_come_from_one_version() {
+    for b in backends("if_match") {
+        let lake = lake();
+        let counted = b.counting();
+        let store = b.cached(&counted, &lake);
+        let path = b.prefix.clone().join("blob");
+        store
+            .put(&path, PutPayload::from(vec![1u8; 4 << 20]))
+            .await
+            .unwrap();
+        store.head(&path).await.unwrap();
+        // Replaced behind the cache's back by an object of the same size.
+        b.raw
+            .put(&path, PutPayload::from(vec![2u8; 4 << 20]))
+            .await
+            .unwrap();
+        let ranges = [
+            0..1000,
+            (2 << 20)..(2 << 20) + 1000,
+            (4 << 20) - 1000..(4 << 20),
+        ];
+        let got = store.get_ranges(&path, &ranges).await.unwrap();
+        for bytes in &got {
+            assert!(
+                bytes.iter().all(|&x| x == 2),
+                "{}: bytes of the new version only",
+                b.name
+            );
+        }
+        assert!(
+            lake.stats().handles.version_changes + lake.stats().handles.metadata.invalidations > 0,
+            "{}: the change was noticed: {:?}",
+            b.name,
+            lake.stats().handles
+        );
     }
 }

@@ -222,7 +222,8 @@ impl<S: ObjectStore> CachingObjectStore<S> {
     }
 
     /// `get_ranges` with every request guarded by `If-Match: e_tag`, coalesced the way
-    /// object_store's default `get_ranges` does.
+    /// object_store's default `get_ranges` does. The e_tag of each response is checked too,
+    /// since some servers ignore `If-Match`; a response without one is taken as it is.
     async fn get_ranges_if_match(
         &self,
         location: &Path,
@@ -235,7 +236,22 @@ impl<S: ObjectStore> CachingObjectStore<S> {
                 let options = GetOptions::new()
                     .with_range(Some(range))
                     .with_if_match(Some(e_tag));
-                async move { self.inner.get_opts(location, options).await?.bytes().await }
+                async move {
+                    let response = self.inner.get_opts(location, options).await?;
+                    if response
+                        .meta
+                        .e_tag
+                        .as_deref()
+                        .is_some_and(|seen| seen != e_tag)
+                    {
+                        return Err(Error::Precondition {
+                            path: location.to_string(),
+                            source: "the response shows another e_tag than If-Match asked for"
+                                .into(),
+                        });
+                    }
+                    response.bytes().await
+                }
             },
             OBJECT_STORE_COALESCE_DEFAULT,
         )
@@ -726,6 +742,29 @@ mod tests {
         let got = store.get_range(&path, 0..3).await.unwrap();
         assert_eq!(&got[..], b"ZYX");
         assert_eq!(store.head(&path).await.unwrap().size, 3);
+    }
+
+    #[tokio::test]
+    async fn an_object_that_keeps_changing_is_a_typed_error() {
+        let (store, _, faults) = stack();
+        let path = Path::from("f");
+        put(&store, "f", b"0123456789").await;
+        store.head(&path).await.unwrap();
+        faults.fail(Op::Changed, 2);
+        let err = store.get_ranges(&path, &[0..2, 4..6]).await.unwrap_err();
+        let changed = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<ObjectChanged>())
+            .unwrap_or_else(|| panic!("not an ObjectChanged: {err}"));
+        assert_eq!(changed.path, "f");
+        assert!(
+            err.to_string().contains("changed while it was being read"),
+            "{err}"
+        );
+        // Once it holds still, reads work again.
+        assert_eq!(
+            store.get_ranges(&path, &[0..2, 4..6]).await.unwrap().len(),
+            2
+        );
     }
 
     #[tokio::test]

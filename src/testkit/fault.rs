@@ -24,6 +24,9 @@ pub enum Op {
     Get,
     /// Listings. A failed listing yields the objects of the inner listing, then the error.
     List,
+    /// Conditional GETs (`If-Match`), failed with [`Error::Precondition`] as if the object
+    /// had just been replaced.
+    Changed,
 }
 
 /// Wraps a store; [`FaultStore::fail`] makes the next requests of one kind fail.
@@ -42,7 +45,7 @@ pub enum Op {
 #[derive(Debug)]
 pub struct FaultStore<S> {
     inner: S,
-    pending: Arc<[AtomicU64; 3]>,
+    pending: Arc<[AtomicU64; 4]>,
 }
 
 impl<S: ObjectStore> FaultStore<S> {
@@ -121,6 +124,12 @@ impl<S: ObjectStore> ObjectStore for FaultStore<S> {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.check(if options.head { Op::Head } else { Op::Get }, location)?;
+        if options.if_match.is_some() && self.take(Op::Changed) {
+            return Err(Error::Precondition {
+                path: location.to_string(),
+                source: "injected change".into(),
+            });
+        }
         self.inner.get_opts(location, options).await
     }
 

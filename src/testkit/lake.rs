@@ -45,13 +45,22 @@ pub struct LakeSpec {
 }
 
 impl LakeSpec {
-    /// The handle-cache workload: `files` small files of 5,000 rows in 5 row groups each.
+    /// The small-files workload: `files` files of 5,000 rows, one row group each (pages of
+    /// 1,250 rows), as small files written by streaming jobs are.
     pub fn small_files(files: usize) -> Self {
         Self {
             files,
             rows_per_file: 5_000,
-            row_group_rows: 1_000,
+            row_group_rows: 5_000,
             seed: 42,
+        }
+    }
+
+    /// The same lake split into row groups of `rows` rows.
+    pub fn with_row_groups_of(self, rows: usize) -> Self {
+        Self {
+            row_group_rows: rows,
+            ..self
         }
     }
 
@@ -122,7 +131,12 @@ pub fn file_batch(spec: &LakeSpec, index: usize) -> RecordBatch {
 pub fn file_bytes(spec: &LakeSpec, index: usize) -> Result<Bytes> {
     let props = WriterProperties::builder()
         .set_max_row_group_row_count(Some(spec.row_group_rows.max(1)))
-        .set_data_page_row_count_limit(spec.row_group_rows.div_ceil(4).max(1))
+        .set_data_page_row_count_limit(
+            spec.row_group_rows
+                .min(spec.rows_per_file)
+                .div_ceil(4)
+                .max(1),
+        )
         .set_write_batch_size(256)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_column_bloom_filter_enabled("id".into(), true)
@@ -159,7 +173,7 @@ mod tests {
 
     #[test]
     fn files_are_deterministic_and_have_row_groups_and_indexes() {
-        let spec = LakeSpec::small_files(2);
+        let spec = LakeSpec::small_files(2).with_row_groups_of(1_000);
         let a = file_bytes(&spec, 1).unwrap();
         assert_eq!(a, file_bytes(&spec, 1).unwrap());
         assert_ne!(a, file_bytes(&spec.with_seed(7), 1).unwrap());
