@@ -10,9 +10,8 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, OBJECT_STORE_COALESCE_DEFAULT,
-    ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-    Result, coalesce_ranges,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
 /// Requests seen by a [`CountingStore`] since it was built or last reset.
@@ -124,15 +123,7 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        coalesce_ranges(
-            ranges,
-            |r| async move {
-                let options = GetOptions::new().with_range(Some(r));
-                self.get_opts(location, options).await?.bytes().await
-            },
-            OBJECT_STORE_COALESCE_DEFAULT,
-        )
-        .await
+        super::get_ranges_per_request(self, location, ranges).await
     }
 
     fn delete_stream(

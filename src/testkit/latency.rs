@@ -10,9 +10,8 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, OBJECT_STORE_COALESCE_DEFAULT,
-    ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-    Result, coalesce_ranges,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
 /// Objects per page of a simulated listing; S3 returns at most 1,000 keys per request.
@@ -99,15 +98,7 @@ impl<S: ObjectStore> ObjectStore for LatencyStore<S> {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        coalesce_ranges(
-            ranges,
-            |r| async move {
-                let options = GetOptions::new().with_range(Some(r));
-                self.get_opts(location, options).await?.bytes().await
-            },
-            OBJECT_STORE_COALESCE_DEFAULT,
-        )
-        .await
+        super::get_ranges_per_request(self, location, ranges).await
     }
 
     fn delete_stream(

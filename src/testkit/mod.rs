@@ -17,3 +17,27 @@ pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
 pub use latency::LatencyStore;
 pub use session::{LakeLocation, query};
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{GetOptions, OBJECT_STORE_COALESCE_DEFAULT, ObjectStore, coalesce_ranges};
+
+/// `get_ranges` as an S3-like store serves it: ranges coalesced the way object_store's
+/// default does, then one `get_opts` (one request) per coalesced range.
+async fn get_ranges_per_request(
+    store: &impl ObjectStore,
+    location: &Path,
+    ranges: &[Range<u64>],
+) -> object_store::Result<Vec<Bytes>> {
+    coalesce_ranges(
+        ranges,
+        |r| async move {
+            let options = GetOptions::new().with_range(Some(r));
+            store.get_opts(location, options).await?.bytes().await
+        },
+        OBJECT_STORE_COALESCE_DEFAULT,
+    )
+    .await
+}
