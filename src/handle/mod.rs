@@ -386,6 +386,33 @@ mod tests {
     }
 
     #[test]
+    fn ttl_zero_never_expires_and_the_idle_timeout_does() {
+        let key = |path: &str| ObjectKey {
+            store: "mem://".into(),
+            path: Path::from(path),
+        };
+        let forever = HandleCache::try_new(HandleConfig {
+            ttl: Duration::ZERO,
+            ..HandleConfig::default()
+        })
+        .unwrap();
+        let idle = HandleCache::try_new(HandleConfig {
+            ttl: Duration::ZERO,
+            idle_timeout: Some(Duration::from_millis(60)),
+            ..HandleConfig::default()
+        })
+        .unwrap();
+        for cache in [&forever, &idle] {
+            cache.record(&"mem://".into(), &meta("a", 1, Some("e")));
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(forever.meta(&key("a")).is_some());
+        assert!(idle.meta(&key("a")).is_none());
+        assert_eq!(idle.stats().metadata.expirations, 1);
+        assert_eq!(forever.stats().metadata.expirations, 0);
+    }
+
+    #[test]
     fn versions_compare_by_e_tag_then_time() {
         let a = meta("a", 1, Some("x"));
         let mut b = a.clone();

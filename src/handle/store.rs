@@ -188,7 +188,11 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         if !self.if_match.load(Relaxed) {
             return None;
         }
-        self.cache.peek_meta(&self.key(location))?.e_tag
+        // A weak e_tag never matches under If-Match (RFC 9110 compares strongly).
+        self.cache
+            .peek_meta(&self.key(location))?
+            .e_tag
+            .filter(|e| !e.starts_with("W/"))
     }
 
     /// Reads `ranges` of a local file through a cached descriptor; `ranges` maps the file
