@@ -5,18 +5,19 @@
 //! cached descriptor is used, one `stat` checks that the path still names the same, unchanged
 //! file; if not, the descriptor is closed and the path opened anew.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use moka::sync::Cache;
+use moka::notification::RemovalCause;
 use object_store::ObjectMeta;
 use object_store::path::Path;
 
@@ -129,83 +130,163 @@ impl OpenFile {
     }
 }
 
-/// The descriptor cache: at most `min(max_open_files, ulimit -n / 2)` files, evicted by
-/// capacity, TTL and idle timeout like the rest of the handle cache.
+/// The descriptor cache: at most `min(max_open_files, ulimit -n / 2)` files, evicted least
+/// recently used first, and after the handle TTL or idle timeout.
+///
+/// Written out rather than built on moka: moka drops removed values during later
+/// housekeeping, which runs on a time budget, so under load a removed descriptor could stay
+/// open for a while. Descriptors are a hard OS limit; here a removed one is closed at once
+/// (or when the last read still using it ends).
 #[derive(Debug)]
 pub(crate) struct OpenFiles {
-    cache: Option<Cache<PathBuf, Arc<OpenFile>>>,
-    counters: Arc<CacheCounters>,
+    slots: Option<Mutex<Slots>>,
+    capacity: usize,
+    ttl: Option<Duration>,
+    idle: Option<Duration>,
+    counters: CacheCounters,
     open_now: Arc<AtomicU64>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    map: HashMap<PathBuf, Slot>,
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    file: Arc<OpenFile>,
+    opened: Instant,
+    used: Instant,
+    tick: u64,
 }
 
 impl OpenFiles {
     pub(crate) fn new(config: &HandleConfig) -> Self {
-        let capacity = config.max_open_files.min(max_open_files_allowed()) as u64;
-        let counters = Arc::new(CacheCounters::default());
-        let cache = (capacity > 0).then(|| {
-            let c = Arc::clone(&counters);
-            super::with_expiry(
-                Cache::builder().max_capacity(capacity),
-                config.ttl,
-                config.idle_timeout,
-            )
-            .eviction_listener(move |_, _, cause| c.removed(cause))
-            .build()
-        });
+        let capacity = config.max_open_files.min(max_open_files_allowed());
         Self {
-            cache,
-            counters,
+            slots: (capacity > 0).then(Mutex::default),
+            capacity,
+            ttl: (!config.ttl.is_zero()).then_some(config.ttl),
+            idle: config.idle_timeout,
+            counters: CacheCounters::default(),
             open_now: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// Whether descriptors are cached at all.
     pub(crate) fn enabled(&self) -> bool {
-        self.cache.is_some()
+        self.slots.is_some()
+    }
+
+    fn expired(&self, slot: &Slot, now: Instant) -> bool {
+        self.ttl
+            .is_some_and(|ttl| now.duration_since(slot.opened) >= ttl)
+            || self
+                .idle
+                .is_some_and(|idle| now.duration_since(slot.used) >= idle)
+    }
+
+    fn lock(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+        // A panic while holding the lock leaves the map consistent; keep using it.
+        slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// An open, current descriptor for `path`: the cached one if the path still names the
-    /// same unchanged file, else a newly opened one (kept for next time if there is room).
+    /// same unchanged file, else a newly opened one (kept for next time).
     pub(crate) fn open(&self, path: &FsPath) -> io::Result<Arc<OpenFile>> {
-        let Some(cache) = &self.cache else {
+        let Some(slots) = &self.slots else {
             return OpenFile::open(path, &self.open_now).map(Arc::new);
         };
-        if let Some(file) = cache.get(path) {
+        let now = Instant::now();
+        let cached = {
+            let mut s = Self::lock(slots);
+            s.tick += 1;
+            let tick = s.tick;
+            match s.map.get_mut(path) {
+                Some(slot) if self.expired(slot, now) => {
+                    s.map.remove(path);
+                    self.counters.removed(RemovalCause::Expired);
+                    None
+                }
+                Some(slot) => {
+                    slot.used = now;
+                    slot.tick = tick;
+                    Some(Arc::clone(&slot.file))
+                }
+                None => None,
+            }
+        };
+        if let Some(file) = cached {
             if file.is_current(path) {
                 self.counters.hit();
                 return Ok(file);
             }
-            cache.invalidate(path);
+            self.invalidate(path);
         }
         self.counters.miss();
         let file = Arc::new(OpenFile::open(path, &self.open_now)?);
-        cache.insert(path.to_path_buf(), Arc::clone(&file));
-        // moka applies inserts and evictions lazily, holding the values meanwhile; descriptors
-        // are a hard OS limit, so settle the bound now. Opens are rare next to reads.
-        cache.run_pending_tasks();
+        let mut s = Self::lock(slots);
+        if !s.map.contains_key(path) && s.map.len() >= self.capacity {
+            self.make_room(&mut s, now);
+        }
+        s.tick += 1;
+        let tick = s.tick;
+        let slot = Slot {
+            file: Arc::clone(&file),
+            opened: now,
+            used: now,
+            tick,
+        };
+        if s.map.insert(path.to_path_buf(), slot).is_some() {
+            // Another reader opened it meanwhile; the newer descriptor replaces it.
+            self.counters.removed(RemovalCause::Replaced);
+        }
         Ok(file)
+    }
+
+    /// Drops expired descriptors, then the least recently used one if still full.
+    fn make_room(&self, s: &mut Slots, now: Instant) {
+        let before = s.map.len();
+        s.map.retain(|_, slot| !self.expired(slot, now));
+        for _ in s.map.len()..before {
+            self.counters.removed(RemovalCause::Expired);
+        }
+        if s.map.len() >= self.capacity
+            && let Some(oldest) = s
+                .map
+                .iter()
+                .min_by_key(|(_, slot)| slot.tick)
+                .map(|(p, _)| p.clone())
+        {
+            s.map.remove(&oldest);
+            self.counters.removed(RemovalCause::Size);
+        }
     }
 
     /// Closes the cached descriptor of `path`, if any.
     pub(crate) fn invalidate(&self, path: &FsPath) {
-        if let Some(cache) = &self.cache {
-            cache.invalidate(path);
+        if let Some(slots) = &self.slots
+            && Self::lock(slots).map.remove(path).is_some()
+        {
+            self.counters.removed(RemovalCause::Explicit);
         }
     }
 
     pub(crate) fn clear(&self) {
-        if let Some(cache) = &self.cache {
-            cache.invalidate_all();
-            cache.run_pending_tasks();
+        if let Some(slots) = &self.slots {
+            let removed = std::mem::take(&mut Self::lock(slots).map);
+            for _ in 0..removed.len() {
+                self.counters.removed(RemovalCause::Explicit);
+            }
         }
     }
 
     pub(crate) fn stats(&self) -> CacheStats {
-        let entries = self.cache.as_ref().map_or(0, |c| {
-            c.run_pending_tasks();
-            c.entry_count()
-        });
-        self.counters.snapshot(entries)
+        let entries = self.slots.as_ref().map_or(0, |s| Self::lock(s).map.len());
+        self.counters.snapshot(entries as u64)
     }
 
     pub(crate) fn open_now(&self) -> u64 {
@@ -270,6 +351,44 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         files.clear();
         assert_eq!(files.open_now(), 0, "every descriptor closed");
+    }
+
+    #[test]
+    fn the_least_recently_used_descriptor_goes_first_and_closes_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = OpenFiles::new(&config(2));
+        let p: Vec<_> = (0..3)
+            .map(|i| {
+                let p = dir.path().join(format!("f{i}"));
+                std::fs::write(&p, b"x").unwrap();
+                p
+            })
+            .collect();
+        drop(files.open(&p[0]).unwrap());
+        drop(files.open(&p[1]).unwrap());
+        drop(files.open(&p[0]).unwrap()); // p[1] is now the least recently used
+        drop(files.open(&p[2]).unwrap());
+        assert_eq!(files.open_now(), 2, "the evicted descriptor is closed");
+        let before = files.stats();
+        drop(files.open(&p[0]).unwrap());
+        assert_eq!(files.stats().hits, before.hits + 1, "p[0] stayed");
+        assert_eq!(before.evictions, 1);
+    }
+
+    #[test]
+    fn descriptors_expire_after_the_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let files = OpenFiles::new(&HandleConfig {
+            ttl: Duration::from_millis(30),
+            ..config(4)
+        });
+        drop(files.open(&p).unwrap());
+        std::thread::sleep(Duration::from_millis(60));
+        drop(files.open(&p).unwrap());
+        let stats = files.stats();
+        assert_eq!((stats.hits, stats.misses, stats.expirations), (0, 2, 1));
     }
 
     #[test]
