@@ -1,7 +1,7 @@
 //! Every setting of the crate: its default, its accepted range and its validation.
 //!
-//! Settings are typed fields on [`HandleConfig`] (and, as later capabilities land, their own
-//! config structs). [`LakeCacheBuilder`](crate::LakeCacheBuilder) validates them before any cache
+//! Settings are typed fields on one struct per capability ([`HandleConfig`],
+//! [`IndexConfig`]). [`LakeCacheBuilder`](crate::LakeCacheBuilder) validates them before any cache
 //! is built, so a bad value is refused once, with a message naming the setting, instead of
 //! surfacing later as odd behaviour. [`HandleConfig::set`] accepts the same settings as strings
 //! under their `lakecache.*` keys, the form SQL `SET` and configuration files use.
@@ -36,6 +36,102 @@ impl Default for HandleConfig {
             max_open_files: 1_000,
         }
     }
+}
+
+/// Settings of the [`IndexCache`](crate::index::IndexCache).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexConfig {
+    /// Bytes of deserialized footers, page indexes and bloom filters kept.
+    pub capacity_bytes: u64,
+    /// An entry larger than this percentage of the capacity is not kept (it would flush the
+    /// rest); such refusals are counted.
+    pub max_entry_percent: u8,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self {
+            capacity_bytes: 256 << 20,
+            max_entry_percent: 25,
+        }
+    }
+}
+
+/// Key of [`IndexConfig::capacity_bytes`].
+pub const INDEX_CAPACITY: &str = "lakecache.index.capacity";
+/// Key of [`IndexConfig::max_entry_percent`].
+pub const INDEX_MAX_ENTRY_PERCENT: &str = "lakecache.index.max_entry_percent";
+
+const MAX_BYTES: u64 = 1 << 50;
+const BYTES_RANGE: &str = "a size from 1 byte to 1PiB such as 268435456, 512KiB, 256MiB or 4GiB";
+
+impl IndexConfig {
+    /// Sets one setting from its `lakecache.*` key and a string value, validating it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            INDEX_CAPACITY => self.capacity_bytes = parse_bytes(key, value)?,
+            INDEX_MAX_ENTRY_PERCENT => {
+                self.max_entry_percent = parse_count(key, value, 1, 100)? as u8
+            }
+            _ => {
+                return Err(DataFusionError::Configuration(format!(
+                    "unknown setting '{key}'; known index settings: {INDEX_CAPACITY}, \
+                     {INDEX_MAX_ENTRY_PERCENT}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every field against its accepted range.
+    pub fn validate(&self) -> Result<()> {
+        if self.capacity_bytes == 0 || self.capacity_bytes > MAX_BYTES {
+            return Err(range_error(
+                INDEX_CAPACITY,
+                &self.capacity_bytes.to_string(),
+                BYTES_RANGE,
+            ));
+        }
+        if !(1..=100).contains(&self.max_entry_percent) {
+            return Err(range_error(
+                INDEX_MAX_ENTRY_PERCENT,
+                &self.max_entry_percent.to_string(),
+                "a percentage from 1 to 100",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The largest entry kept, in bytes.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.capacity_bytes / 100 * u64::from(self.max_entry_percent)
+    }
+}
+
+/// Parses a byte size: a whole number with an optional unit (`B`, `KB`/`KiB`, `MB`/`MiB`,
+/// `GB`/`GiB`, `TB`/`TiB`, all powers of 1024, as DataFusion's own size settings read them).
+pub fn parse_bytes(key: &str, value: &str) -> Result<u64> {
+    let err = || range_error(key, value, BYTES_RANGE);
+    let v = value.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: u64 = number.parse().map_err(|_| err())?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(err()),
+    };
+    let bytes = number
+        .checked_shl(shift)
+        .filter(|b| b >> shift == number)
+        .ok_or_else(err)?;
+    if bytes == 0 || bytes > MAX_BYTES {
+        return Err(err());
+    }
+    Ok(bytes)
 }
 
 /// Key of [`HandleConfig::capacity`].
@@ -199,6 +295,29 @@ mod tests {
             msg.contains("unknown setting 'lakecache.handle.nope'"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn sizes_parse_with_units_and_refuse_nonsense() {
+        let ok = |s| parse_bytes("k", s).unwrap();
+        assert_eq!(ok("512"), 512);
+        assert_eq!(ok("512KiB"), 512 << 10);
+        assert_eq!(ok("256MB"), 256 << 20);
+        assert_eq!(ok("4 GiB"), 4 << 30);
+        let mut c = IndexConfig::default();
+        for bad in ["0", "-1", "1.5G", "12XB", "99999999999999999999", "2000TiB"] {
+            let msg = c.set(INDEX_CAPACITY, bad).unwrap_err().to_string();
+            assert!(
+                msg.contains(INDEX_CAPACITY) && msg.contains("expected"),
+                "{msg}"
+            );
+        }
+        let msg = c.set(INDEX_MAX_ENTRY_PERCENT, "0").unwrap_err().to_string();
+        assert!(msg.contains("from 1 to 100"), "{msg}");
+        assert_eq!(c, IndexConfig::default());
+        c.set(INDEX_MAX_ENTRY_PERCENT, "50").unwrap();
+        c.set(INDEX_CAPACITY, "1MiB").unwrap();
+        assert_eq!(c.max_entry_bytes(), 1 << 19);
     }
 
     #[test]

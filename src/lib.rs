@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod handle;
+pub mod index;
 pub mod stats;
 pub mod testkit;
 

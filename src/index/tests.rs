@@ -1,0 +1,215 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
+use datafusion::execution::cache::Cache;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+
+use super::*;
+use crate::testkit::lake::{LakeSpec, file_bytes};
+
+fn footer(seed: u64) -> Arc<ParquetMetaData> {
+    let bytes = file_bytes(&LakeSpec::small_files(1).with_seed(seed), 0).unwrap();
+    let meta = ParquetMetaDataReader::new()
+        .with_page_index_policy(PageIndexPolicy::Optional)
+        .parse_and_finish(&bytes)
+        .unwrap();
+    Arc::new(meta)
+}
+
+fn version(path: &str, e_tag: &str) -> ObjectVersion {
+    ObjectVersion::new(
+        "s3://bucket",
+        &ObjectMeta {
+            location: Path::from(path),
+            last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+            size: 1000,
+            e_tag: Some(e_tag.into()),
+            version: None,
+        },
+    )
+}
+
+fn cache(capacity_bytes: u64) -> IndexCache {
+    IndexCache::try_new(IndexConfig {
+        capacity_bytes,
+        ..IndexConfig::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_make_one_load() {
+    let cache = cache(64 << 20);
+    let loads = Arc::new(AtomicUsize::new(0));
+    let object = version("a.parquet", "v1");
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (cache, loads, object) = (cache.clone(), Arc::clone(&loads), object.clone());
+            tokio::spawn(async move {
+                cache
+                    .metadata(&object, async move {
+                        loads.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(footer(1))
+                    })
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    assert_eq!(loads.load(Ordering::SeqCst), 1);
+    assert!(
+        results.iter().all(|m| Arc::ptr_eq(m, &results[0])),
+        "one shared value"
+    );
+    let stats = cache.stats();
+    assert_eq!(stats.footer_loads, 1);
+    assert_eq!(stats.cache.entries, 1);
+    // A later lookup is a hit without a load.
+    cache
+        .metadata(&object, async { panic!("no load on a hit") })
+        .await
+        .unwrap();
+    assert_eq!(cache.stats().cache.hits, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_load_reaches_every_waiter_and_is_not_kept() {
+    let cache = cache(64 << 20);
+    let object = version("bad.parquet", "v1");
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (cache, object) = (cache.clone(), object.clone());
+            tokio::spawn(async move {
+                cache
+                    .metadata(&object, async {
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        Err(DataFusionError::Execution(
+                            "bad.parquet: corrupt footer".into(),
+                        ))
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let err = t.await.unwrap().unwrap_err();
+        assert!(
+            err.to_string().contains("bad.parquet: corrupt footer"),
+            "{err}"
+        );
+    }
+    assert_eq!(cache.stats().footer_loads, 1);
+    let m = cache
+        .metadata(&object, async { Ok(footer(1)) })
+        .await
+        .unwrap();
+    assert_eq!(m.num_row_groups(), 1);
+    assert_eq!(cache.stats().footer_loads, 2, "the failure was not cached");
+}
+
+#[tokio::test]
+async fn a_new_version_is_a_miss_and_drops_the_old_entries() {
+    let cache = cache(64 << 20);
+    let v1 = version("f.parquet", "v1");
+    let v2 = version("f.parquet", "v2");
+    cache.metadata(&v1, async { Ok(footer(1)) }).await.unwrap();
+    cache
+        .bloom_filter(&v1, 0, 0, async { Ok(Some(Bytes::from_static(b"bits"))) })
+        .await
+        .unwrap();
+    let m2 = cache.metadata(&v2, async { Ok(footer(2)) }).await.unwrap();
+    assert_eq!(cache.stats().footer_loads, 2);
+    assert!(cache.cached_metadata(&v1).is_none(), "old version gone");
+    assert!(Arc::ptr_eq(&cache.cached_metadata(&v2).unwrap(), &m2));
+    let stats = cache.stats();
+    assert_eq!(stats.cache.entries, 1, "{stats:?}");
+}
+
+#[tokio::test]
+async fn bloom_filters_and_their_absence_are_cached() {
+    let cache = cache(64 << 20);
+    let v = version("f.parquet", "v1");
+    for _ in 0..3 {
+        let none = cache
+            .bloom_filter(&v, 1, 2, async { Ok(None) })
+            .await
+            .unwrap();
+        assert!(none.is_none());
+        let some = cache
+            .bloom_filter(&v, 0, 0, async { Ok(Some(Bytes::from_static(b"bitset"))) })
+            .await
+            .unwrap();
+        assert_eq!(some.as_deref(), Some(&b"bitset"[..]));
+    }
+    assert_eq!(cache.stats().bloom_loads, 2);
+}
+
+#[tokio::test]
+async fn large_entries_are_refused_and_the_capacity_holds() {
+    let one = footer(1).memory_size() as u64;
+    // Room for about three footers; one footer is more than a quarter of it.
+    let cache = cache(one * 3 + 1000);
+    let m = cache
+        .metadata(&version("big", "v"), async { Ok(footer(1)) })
+        .await
+        .unwrap();
+    assert_eq!(m.num_row_groups(), 1, "the caller still gets its value");
+    let stats = cache.stats();
+    assert_eq!((stats.rejected, stats.cache.entries), (1, 0), "{stats:?}");
+
+    let cache = IndexCache::try_new(IndexConfig {
+        capacity_bytes: one * 3 + 1000,
+        max_entry_percent: 100,
+    })
+    .unwrap();
+    for i in 0..20 {
+        let v = version(&format!("f{i}"), "v");
+        cache.metadata(&v, async { Ok(footer(1)) }).await.unwrap();
+        cache.metadata(&v, async { Ok(footer(1)) }).await.unwrap();
+    }
+    let stats = cache.stats();
+    assert!(stats.bytes <= one * 3 + 1000, "{stats:?}");
+    assert!(stats.cache.evictions > 0, "{stats:?}");
+}
+
+#[test]
+fn serves_as_datafusions_file_metadata_cache() {
+    let cache = cache(64 << 20);
+    let meta = ObjectMeta {
+        location: Path::from("t/a.parquet"),
+        last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        size: 1000,
+        e_tag: None,
+        version: None,
+    };
+    let entry = CachedFileMetadataEntry::new(
+        meta.clone(),
+        Arc::new(CachedParquetMetaData::new(footer(1))),
+    );
+    let dyn_cache: &dyn Cache<Path, CachedFileMetadataEntry> = &cache;
+    assert!(dyn_cache.get(&meta.location).is_none());
+    dyn_cache.put(&meta.location, entry);
+    let got = dyn_cache.get(&meta.location).unwrap();
+    assert!(got.is_valid_for(&meta));
+    assert_eq!(dyn_cache.list_entries().len(), 1);
+    dyn_cache.remove(&meta.location);
+    assert!(!dyn_cache.contains_key(&meta.location));
+
+    dyn_cache.update_cache_limit(0);
+    let entry = CachedFileMetadataEntry::new(
+        meta.clone(),
+        Arc::new(CachedParquetMetaData::new(footer(1))),
+    );
+    dyn_cache.put(&meta.location, entry);
+    assert!(
+        dyn_cache.get(&meta.location).is_none(),
+        "limit 0 turns DataFusion's caching off"
+    );
+}
