@@ -24,21 +24,25 @@ pub mod config;
 pub mod handle;
 pub mod index;
 pub mod stats;
+pub mod table;
 pub mod testkit;
 
 use std::time::Duration;
 
 use datafusion::error::Result;
 
-pub use config::HandleConfig;
+pub use config::{HandleConfig, IndexConfig};
 pub use handle::{CachingObjectStore, HandleCache, HandleStats, ObjectChanged};
+pub use index::{IndexCache, IndexStats};
 pub use stats::CacheStats;
+pub use table::{LakeTable, LakeTableFactory};
 
 /// The shared state of the crate: one per process, cheap to clone, shared by every session
 /// and query. Built with [`LakeCache::builder`].
 #[derive(Debug, Clone)]
 pub struct LakeCache {
     handles: HandleCache,
+    index: IndexCache,
 }
 
 impl LakeCache {
@@ -52,16 +56,23 @@ impl LakeCache {
         &self.handles
     }
 
+    /// The index cache: Parquet footers, page indexes and bloom filters.
+    pub fn index(&self) -> &IndexCache {
+        &self.index
+    }
+
     /// A snapshot of every cache's figures.
     pub fn stats(&self) -> LakeStats {
         LakeStats {
             handles: self.handles.stats(),
+            index: self.index.stats(),
         }
     }
 
     /// Drops every cached entry.
     pub fn clear(&self) {
         self.handles.clear();
+        self.index.clear();
     }
 }
 
@@ -70,12 +81,15 @@ impl LakeCache {
 pub struct LakeStats {
     /// The handle cache.
     pub handles: HandleStats,
+    /// The index cache.
+    pub index: IndexStats,
 }
 
 /// Builds a [`LakeCache`]; [`LakeCacheBuilder::build`] validates every setting.
 #[derive(Debug, Clone, Default)]
 pub struct LakeCacheBuilder {
     handle: HandleConfig,
+    index: IndexConfig,
     error: Option<String>,
 }
 
@@ -111,11 +125,23 @@ impl LakeCacheBuilder {
         self
     }
 
+    /// Bytes of deserialized Parquet footers, page indexes and bloom filters kept (default
+    /// 256 MiB).
+    pub fn index_capacity_bytes(mut self, bytes: u64) -> Self {
+        self.index.capacity_bytes = bytes;
+        self
+    }
+
     /// Sets a setting from its `lakecache.*` key and a string value, as SQL `SET` does.
     /// A bad value is reported by [`LakeCacheBuilder::build`].
     pub fn set(mut self, key: &str, value: &str) -> Self {
+        let result = if key.starts_with("lakecache.index.") {
+            self.index.set(key, value)
+        } else {
+            self.handle.set(key, value)
+        };
         if self.error.is_none()
-            && let Err(e) = self.handle.set(key, value)
+            && let Err(e) = result
         {
             self.error = Some(match e {
                 datafusion::error::DataFusionError::Configuration(m) => m,
@@ -132,6 +158,7 @@ impl LakeCacheBuilder {
         }
         Ok(LakeCache {
             handles: HandleCache::try_new(self.handle)?,
+            index: IndexCache::try_new(self.index)?,
         })
     }
 }

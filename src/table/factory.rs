@@ -1,0 +1,65 @@
+//! [`LakeTableFactory`]: `CREATE EXTERNAL TABLE ... STORED AS PARQUET` gives a [`LakeTable`].
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
+use datafusion::datasource::listing::ListingTable;
+use datafusion::datasource::listing_table_factory::ListingTableFactory;
+use datafusion::error::Result;
+use datafusion::logical_expr::CreateExternalTable;
+
+use super::LakeTable;
+use crate::LakeCache;
+
+/// Builds tables as DataFusion's `ListingTableFactory` does, then wraps Parquet ones in a
+/// [`LakeTable`]. Register it for `PARQUET`:
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use datafusion::execution::SessionStateBuilder;
+/// # use datafusion_lakecache::{LakeCache, table::LakeTableFactory};
+/// let lake = LakeCache::builder().build().unwrap();
+/// let state = SessionStateBuilder::new()
+///     .with_default_features()
+///     .with_table_factory("PARQUET".into(), Arc::new(LakeTableFactory::new(&lake)))
+///     .build();
+/// ```
+#[derive(Debug)]
+pub struct LakeTableFactory {
+    inner: ListingTableFactory,
+    lake: LakeCache,
+}
+
+impl LakeTableFactory {
+    /// A factory whose tables use `lake`.
+    pub fn new(lake: &LakeCache) -> Self {
+        Self {
+            inner: ListingTableFactory::new(),
+            lake: lake.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl TableProviderFactory for LakeTableFactory {
+    async fn create(
+        &self,
+        state: &dyn Session,
+        cmd: &CreateExternalTable,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let table = self.inner.create(state, cmd).await?;
+        let is_parquet = table
+            .downcast_ref::<ListingTable>()
+            .is_some_and(|t| t.options().format.get_ext() == "parquet");
+        if !is_parquet {
+            return Ok(table);
+        }
+        let any: Arc<dyn Any + Send + Sync> = table;
+        match any.downcast::<ListingTable>() {
+            Ok(listing) => Ok(Arc::new(LakeTable::new(listing, &self.lake))),
+            Err(_) => unreachable!("checked to be a ListingTable above"),
+        }
+    }
+}

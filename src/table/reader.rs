@@ -1,0 +1,170 @@
+//! [`LakeReaderFactory`] and [`LakeReader`]: DataFusion's Parquet reader, with footers, page
+//! indexes and bloom filters served from the [`IndexCache`].
+//!
+//! The reader wraps the one DataFusion would have used, so data ranges, metrics and every
+//! decision about what to read stay DataFusion's. Only three things change:
+//! - `get_metadata` returns the footer *with* its page index from the cache (DataFusion 55's
+//!   opener asks for the footer alone, then loads the page index again on every query);
+//! - `get_bytes` of a bloom filter's exact span is served from the cache;
+//! - `get_byte_ranges` always goes to the inner reader in one call, never range by range.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::ParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
+use datafusion::error::DataFusionError;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::errors::{ParquetError, Result};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+
+use crate::index::{IndexCache, ObjectVersion};
+
+/// Creates [`LakeReader`]s around the readers of an inner factory (normally DataFusion's
+/// `CachedParquetFileReaderFactory`).
+#[derive(Debug)]
+pub struct LakeReaderFactory {
+    inner: Arc<dyn ParquetFileReaderFactory>,
+    store: Arc<dyn ObjectStore>,
+    store_url: Arc<str>,
+    index: IndexCache,
+}
+
+impl LakeReaderFactory {
+    /// Wraps `inner`, whose files live in `store` at `store_url`, with `index`.
+    pub fn new(
+        inner: Arc<dyn ParquetFileReaderFactory>,
+        store: Arc<dyn ObjectStore>,
+        store_url: &str,
+        index: IndexCache,
+    ) -> Self {
+        Self {
+            inner,
+            store,
+            store_url: store_url.into(),
+            index,
+        }
+    }
+}
+
+impl ParquetFileReaderFactory for LakeReaderFactory {
+    fn create_reader(
+        &self,
+        partition_index: usize,
+        file: PartitionedFile,
+        metadata_size_hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> datafusion::error::Result<Box<dyn AsyncFileReader + Send>> {
+        let object = ObjectVersion::new(&self.store_url, &file.object_meta);
+        let meta = file.object_meta.clone();
+        let inner = self
+            .inner
+            .create_reader(partition_index, file, metadata_size_hint, metrics)?;
+        Ok(Box::new(LakeReader {
+            inner,
+            store: Arc::clone(&self.store),
+            index: self.index.clone(),
+            metadata: self.index.cached_metadata(&object),
+            object,
+            meta,
+            metadata_size_hint,
+        }))
+    }
+}
+
+/// An [`AsyncFileReader`] whose index structures come from the [`IndexCache`].
+pub struct LakeReader {
+    inner: Box<dyn AsyncFileReader + Send>,
+    store: Arc<dyn ObjectStore>,
+    index: IndexCache,
+    object: ObjectVersion,
+    meta: ObjectMeta,
+    metadata_size_hint: Option<usize>,
+    /// The footer, once known, to recognise bloom-filter reads.
+    metadata: Option<Arc<ParquetMetaData>>,
+}
+
+impl LakeReader {
+    /// The (row group, column) whose bloom filter spans exactly `range`, if any.
+    fn bloom_filter_at(&self, range: &Range<u64>) -> Option<(usize, usize)> {
+        let metadata = self.metadata.as_ref()?;
+        metadata
+            .row_groups()
+            .iter()
+            .enumerate()
+            .find_map(|(rg, row_group)| {
+                row_group.columns().iter().enumerate().find_map(|(col, c)| {
+                    let offset = u64::try_from(c.bloom_filter_offset()?).ok()?;
+                    let length = u64::try_from(c.bloom_filter_length()?).ok()?;
+                    (offset == range.start && offset + length == range.end).then_some((rg, col))
+                })
+            })
+    }
+}
+
+fn external(e: DataFusionError) -> ParquetError {
+    ParquetError::External(Box::new(e))
+}
+
+impl AsyncFileReader for LakeReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
+        let Some((row_group, column)) = self.bloom_filter_at(&range) else {
+            return self.inner.get_bytes(range);
+        };
+        let (store, path) = (Arc::clone(&self.store), self.meta.location.clone());
+        let span = range.clone();
+        let load = async move {
+            let bytes = store.get_range(&path, span).await?;
+            Ok(Some(bytes))
+        };
+        async move {
+            let bytes = self
+                .index
+                .bloom_filter(&self.object, row_group, column, load)
+                .await
+                .map_err(external)?;
+            bytes.ok_or_else(|| ParquetError::General(format!("no bloom filter at {range:?}")))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
+        self.inner.get_byte_ranges(ranges)
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
+        let (store, meta, hint) = (
+            Arc::clone(&self.store),
+            self.meta.clone(),
+            self.metadata_size_hint,
+        );
+        let load = async move {
+            DFParquetMetadata::new(store.as_ref(), &meta)
+                .with_metadata_size_hint(hint)
+                .with_page_index_policy(Some(PageIndexPolicy::Optional))
+                .fetch_metadata()
+                .await
+                .map_err(|e| e.context(format!("reading the Parquet footer of {}", meta.location)))
+        };
+        async move {
+            let metadata = self
+                .index
+                .metadata(&self.object, load)
+                .await
+                .map_err(external)?;
+            self.metadata = Some(Arc::clone(&metadata));
+            Ok(metadata)
+        }
+        .boxed()
+    }
+}
