@@ -27,9 +27,11 @@ pub mod stats;
 pub mod table;
 pub mod testkit;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::error::Result;
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 
 pub use config::{HandleConfig, IndexConfig};
 pub use handle::{CachingObjectStore, HandleCache, HandleStats, ObjectChanged};
@@ -59,6 +61,27 @@ impl LakeCache {
     /// The index cache: Parquet footers, page indexes and bloom filters.
     pub fn index(&self) -> &IndexCache {
         &self.index
+    }
+
+    /// DataFusion's cache configuration with the [`IndexCache`] as its `FileMetadataCache`,
+    /// so DataFusion's own Parquet reader (planning, plain `ListingTable`s) shares it, and
+    /// with listings kept no longer than the handle cache's listing TTL.
+    ///
+    /// ```
+    /// # use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    /// # use datafusion_lakecache::LakeCache;
+    /// let lake = LakeCache::builder().build().unwrap();
+    /// let runtime = RuntimeEnvBuilder::new()
+    ///     .with_cache_manager(lake.cache_manager_config())
+    ///     .build_arc()
+    ///     .unwrap();
+    /// ```
+    pub fn cache_manager_config(&self) -> CacheManagerConfig {
+        let list_ttl = self.handles.config().list_ttl;
+        CacheManagerConfig::default()
+            .with_file_metadata_cache(Some(Arc::new(self.index.clone())))
+            .with_metadata_cache_limit(self.index.config().capacity_bytes as usize)
+            .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
     }
 
     /// A snapshot of every cache's figures.

@@ -5,13 +5,20 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Backend, local_backend};
+use std::collections::HashMap;
+
+use common::{Backend, backends, local_backend};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::LakeSpec;
+use datafusion_lakecache::testkit::lake::file_bytes;
+use datafusion_lakecache::testkit::requests::count_reads;
 use datafusion_lakecache::{LakeCache, LakeTable};
 use object_store::ObjectStore;
+use object_store::path::Path;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 /// Queries over the generated lake: filters on integers, strings and timestamps, IN lists,
 /// LIKE, IS NULL, ranges that cut pages, projections, aggregates, LIMIT.
@@ -97,4 +104,90 @@ async fn the_corpus_returns_vanillas_rows() {
     let stats = lake.stats().index;
     assert_eq!(stats.footer_loads, 8, "one footer load per file: {stats:?}");
     assert!(stats.bloom_loads > 0, "{stats:?}");
+}
+
+/// Metadata and size of every file of the lake, decoded from the generator's bytes.
+fn file_index(b: &Backend, spec: &LakeSpec) -> HashMap<Path, (Arc<ParquetMetaData>, u64)> {
+    (0..spec.files)
+        .map(|i| {
+            let bytes = file_bytes(spec, i).unwrap();
+            let metadata = ParquetMetaDataReader::new()
+                .with_page_index_policy(PageIndexPolicy::Optional)
+                .parse_and_finish(&bytes)
+                .unwrap();
+            let path = b.prefix.clone().join(LakeSpec::file_name(i));
+            (path, (Arc::new(metadata), bytes.len() as u64))
+        })
+        .collect()
+}
+
+/// Point lookups on columns with bloom filters and a page index.
+const LOOKUPS: &[&str] = &[
+    "SELECT * FROM t WHERE id = 4242",
+    "SELECT id, value FROM t WHERE name = 'name-012345'",
+    "SELECT id FROM t WHERE id IN (17, 23456)",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_queries_read_no_metadata_and_decode_nothing() {
+    for b in backends("warm_metadata") {
+        let spec = LakeSpec::small_files(6).with_row_groups_of(1_000);
+        b.write(&spec).await;
+        let files = file_index(&b, &spec);
+        let lake = LakeCache::builder().build().unwrap();
+        let (plain_counts, lake_counts) = (b.counting(), b.counting());
+        let plain = vanilla(&b, plain_counts.clone(), false).await;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_cache_manager(lake.cache_manager_config())
+            .build_arc()
+            .unwrap();
+        let cached = SessionContext::new_with_config_rt(config(false), runtime);
+        cached.register_object_store(&b.store_url, lake_counts.clone());
+        let table = LakeTable::try_new(&cached.state(), &b.table_url(), &lake)
+            .await
+            .unwrap();
+        cached.register_table("t", Arc::new(table)).unwrap();
+
+        for sql in LOOKUPS {
+            assert_eq!(
+                rows(&cached, sql).await.unwrap(),
+                rows(&plain, sql).await.unwrap(),
+                "{sql}"
+            );
+        }
+        let loads = lake.stats().index;
+        for sql in LOOKUPS {
+            plain_counts.reset();
+            lake_counts.reset();
+            let want = rows(&plain, sql).await.unwrap();
+            assert_eq!(rows(&cached, sql).await.unwrap(), want, "{sql}");
+            let vanilla = count_reads(&plain_counts.gets(), &files);
+            let ours = count_reads(&lake_counts.gets(), &files);
+            eprintln!(
+                "{} warm `{sql}`: vanilla {vanilla:?}, lakecache {ours:?}",
+                b.name
+            );
+            assert_eq!(
+                ours.metadata(),
+                0,
+                "{}: warm LakeTable reads no metadata: {ours:?}",
+                b.name
+            );
+            assert!(
+                vanilla.bloom_filter > 0,
+                "{}: vanilla re-reads bloom filters: {vanilla:?}",
+                b.name
+            );
+            assert_eq!(ours.data, vanilla.data, "{}: the same data reads", b.name);
+        }
+        let after = lake.stats().index;
+        assert_eq!(
+            after.footer_loads, loads.footer_loads,
+            "no footer decoded when warm"
+        );
+        assert_eq!(
+            after.bloom_loads, loads.bloom_loads,
+            "no bloom filter loaded when warm"
+        );
+    }
 }

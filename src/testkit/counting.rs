@@ -2,16 +2,16 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+    CopyOptions, GetOptions, GetRange, GetResult, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
 /// Requests seen by a [`CountingStore`] since it was built or last reset.
@@ -33,6 +33,8 @@ struct Counters {
     get: AtomicU64,
     list: AtomicU64,
     write: AtomicU64,
+    /// Every GET: the object and the range asked for.
+    gets: Mutex<Vec<(Path, Option<GetRange>)>>,
 }
 
 /// Wraps a store and counts each request that reaches it.
@@ -75,12 +77,22 @@ impl<S: ObjectStore> CountingStore<S> {
         }
     }
 
-    /// Sets every count back to zero.
+    /// Every GET since the last reset: the object and the range asked for (`None`: whole).
+    pub fn gets(&self) -> Vec<(Path, Option<GetRange>)> {
+        self.log().clone()
+    }
+
+    /// Sets every count back to zero and empties the GET log.
     pub fn reset(&self) {
         let c = &self.counters;
         for counter in [&c.head, &c.get, &c.list, &c.write] {
             counter.store(0, Relaxed);
         }
+        self.log().clear();
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, Vec<(Path, Option<GetRange>)>> {
+        self.counters.gets.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -113,12 +125,12 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let counter = if options.head {
-            &self.counters.head
+        if options.head {
+            self.counters.head.fetch_add(1, Relaxed);
         } else {
-            &self.counters.get
-        };
-        counter.fetch_add(1, Relaxed);
+            self.counters.get.fetch_add(1, Relaxed);
+            self.log().push((location.clone(), options.range.clone()));
+        }
         self.inner.get_opts(location, options).await
     }
 

@@ -11,6 +11,7 @@ mod counting;
 mod fault;
 pub mod lake;
 mod latency;
+pub mod requests;
 mod session;
 
 pub use counting::{CountingStore, RequestCounts};
