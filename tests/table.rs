@@ -191,3 +191,90 @@ async fn warm_queries_read_no_metadata_and_decode_nothing() {
         );
     }
 }
+
+/// The pruning figures of a query's `EXPLAIN ANALYZE`, as text, in plan order.
+async fn pruning_figures(ctx: &SessionContext, sql: &str) -> Vec<String> {
+    let names = [
+        "row_groups_pruned_statistics",
+        "row_groups_pruned_bloom_filter",
+        "page_index_rows_pruned",
+        "page_index_pages_pruned",
+    ];
+    let text = rows(ctx, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .unwrap()
+        .join("\n");
+    let mut figures = Vec::new();
+    for name in names {
+        for (at, _) in text.match_indices(&format!("{name}=")) {
+            let value: String = text[at..]
+                .chars()
+                .take_while(|&c| c != ',' && c != ']')
+                .collect();
+            figures.push(value);
+        }
+    }
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_shows_vanillas_pruning() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(6).with_row_groups_of(1_000))
+        .await;
+    let lake = LakeCache::builder().build().unwrap();
+    for pushdown in [false, true] {
+        let plain = vanilla(&b, b.raw.clone(), pushdown).await;
+        let cached = lake_ctx(&b, b.raw.clone(), &lake, pushdown).await;
+        for sql in CORPUS.iter().chain(LOOKUPS) {
+            let want = pruning_figures(&plain, sql).await;
+            for _ in 0..2 {
+                assert_eq!(
+                    pruning_figures(&cached, sql).await,
+                    want,
+                    "pushdown={pushdown}: {sql}"
+                );
+            }
+        }
+    }
+    let figures =
+        pruning_figures(&lake_ctx(&b, b.raw.clone(), &lake, false).await, LOOKUPS[1]).await;
+    assert!(
+        figures
+            .iter()
+            .any(|f| f.starts_with("row_groups_pruned_bloom_filter=") && !f.contains("=0 ")),
+        "{figures:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_external_table_gives_a_lake_table() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(3)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_default_features()
+        .with_table_factory(
+            "PARQUET".into(),
+            Arc::new(datafusion_lakecache::LakeTableFactory::new(&lake)),
+        )
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.sql(&format!(
+        "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+        b.table_url()
+    ))
+    .await
+    .unwrap();
+    let provider = ctx.table_provider("t").await.unwrap();
+    assert!(provider.downcast_ref::<LakeTable>().is_some());
+    let got = rows(&ctx, "SELECT count(*), sum(id) FROM t").await.unwrap();
+    let want = rows(
+        &vanilla(&b, b.raw.clone(), false).await,
+        "SELECT count(*), sum(id) FROM t",
+    )
+    .await
+    .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(lake.stats().index.footer_loads, 3);
+}
