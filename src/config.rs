@@ -104,7 +104,7 @@ impl IndexConfig {
 
     /// The largest entry kept, in bytes.
     pub fn max_entry_bytes(&self) -> u64 {
-        self.capacity_bytes / 100 * u64::from(self.max_entry_percent)
+        self.capacity_bytes * u64::from(self.max_entry_percent) / 100
     }
 }
 

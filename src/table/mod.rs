@@ -30,7 +30,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, T
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use factory::LakeTableFactory;
-pub use reader::{LakeReader, LakeReaderFactory};
+pub use reader::{LakeReader, LakeReaderFactory, load_footer};
 
 use crate::LakeCache;
 

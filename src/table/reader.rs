@@ -14,7 +14,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::ParquetFileReaderFactory;
-use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::error::DataFusionError;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
@@ -23,7 +22,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use crate::index::{IndexCache, ObjectVersion};
 
@@ -109,6 +108,58 @@ impl LakeReader {
     }
 }
 
+/// Fetches and decodes the footer of `meta` with its page index; errors name the file.
+///
+/// Reads the last `metadata_size_hint` bytes (the whole file if smaller) in one request, then
+/// more only if the footer or page index reaches further back. Every length read from the
+/// file is checked against the file's size before anything is fetched or allocated.
+pub async fn load_footer(
+    store: Arc<dyn ObjectStore>,
+    meta: ObjectMeta,
+    metadata_size_hint: Option<usize>,
+) -> datafusion::error::Result<Arc<ParquetMetaData>> {
+    let size = meta.size;
+    let fail = |why: String| {
+        DataFusionError::Execution(format!(
+            "reading the Parquet footer of {}: {why}",
+            meta.location
+        ))
+    };
+    if size < 12 {
+        return Err(fail(format!(
+            "{size} bytes is too small for a Parquet file"
+        )));
+    }
+    let mut suffix = (metadata_size_hint.unwrap_or(0) as u64).clamp(8, size);
+    let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
+    loop {
+        let bytes = store.get_range(&meta.location, size - suffix..size).await?;
+        let result = if reader.has_metadata() {
+            reader.read_page_indexes_sized(&bytes, size)
+        } else {
+            reader.try_parse_sized(&bytes, size)
+        };
+        match result {
+            Ok(()) => break,
+            Err(ParquetError::NeedMoreData(needed))
+                if (needed as u64) > suffix && (needed as u64) <= size =>
+            {
+                suffix = needed as u64;
+            }
+            Err(ParquetError::NeedMoreData(needed)) => {
+                return Err(fail(format!(
+                    "it asks for {needed} bytes from its end but has {size}"
+                )));
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+    reader
+        .finish()
+        .map(Arc::new)
+        .map_err(|e| fail(e.to_string()))
+}
+
 fn external(e: DataFusionError) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
@@ -143,19 +194,11 @@ impl AsyncFileReader for LakeReader {
         &'a mut self,
         _options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
-        let (store, meta, hint) = (
+        let load = load_footer(
             Arc::clone(&self.store),
             self.meta.clone(),
             self.metadata_size_hint,
         );
-        let load = async move {
-            DFParquetMetadata::new(store.as_ref(), &meta)
-                .with_metadata_size_hint(hint)
-                .with_page_index_policy(Some(PageIndexPolicy::Optional))
-                .fetch_metadata()
-                .await
-                .map_err(|e| e.context(format!("reading the Parquet footer of {}", meta.location)))
-        };
         async move {
             let metadata = self
                 .index
