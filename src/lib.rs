@@ -92,6 +92,15 @@ impl LakeCache {
         }
     }
 
+    /// Drops everything cached about one object: its metadata, descriptor, listings that hold
+    /// it, and its footer and bloom filters in every version. `store_url` names the store as
+    /// it was registered (for example `s3://bucket`).
+    pub fn invalidate(&self, store_url: &url::Url, path: &object_store::path::Path) {
+        self.handles.invalidate_object(store_url, path);
+        self.index
+            .invalidate(&store_url[..url::Position::BeforePath], path);
+    }
+
     /// Drops every cached entry.
     pub fn clear(&self) {
         self.handles.clear();

@@ -8,15 +8,18 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use common::{Backend, backends, local_backend};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::LakeSpec;
-use datafusion_lakecache::testkit::lake::file_bytes;
+use datafusion_lakecache::testkit::lake::{file_bytes, write_lake};
 use datafusion_lakecache::testkit::requests::count_reads;
 use datafusion_lakecache::{LakeCache, LakeTable};
 use object_store::ObjectStore;
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
@@ -41,6 +44,28 @@ const CORPUS: &[&str] = &[
     "SELECT count(DISTINCT category) FROM t WHERE id < 100",
     "SELECT a.id, b.name FROM t a JOIN t b ON a.id = b.id WHERE a.id IN (10, 20, 30000)",
     "SELECT * FROM t WHERE id = -1",
+    "SELECT id, name FROM t WHERE id >= 20000 AND id < 20050 AND name > 'name-05'",
+    "SELECT count(*) FROM t WHERE category = 'beta' AND value BETWEEN 100 AND 200",
+    "SELECT id FROM t WHERE name = 'name-000000'",
+    "SELECT note, count(*) FROM t WHERE note LIKE 'note 1%' GROUP BY note",
+    "SELECT id FROM t WHERE id NOT IN (1, 2, 3) AND id < 10",
+    "SELECT min(value), max(value) FROM t WHERE id BETWEEN 3000 AND 3999",
+    "SELECT id, ts FROM t WHERE ts = TIMESTAMP '2023-11-14 22:13:21'",
+    "SELECT id FROM t WHERE ts > TIMESTAMP '2023-11-15 08:00:00' ORDER BY id LIMIT 3",
+    "SELECT category, round(avg(value), 6) FROM t WHERE note IS NULL GROUP BY category",
+    "SELECT count(*) FROM t WHERE id = 12000 OR name = 'name-077777'",
+    "SELECT * FROM t ORDER BY id DESC LIMIT 3",
+    "SELECT id FROM t WHERE id = 1000 OR id = 2000 OR id = 3000",
+    "SELECT sum(id) FROM t WHERE name IN ('name-010000', 'name-020000', 'name-030000')",
+    "SELECT upper(category), count(*) FROM t WHERE id < 5000 GROUP BY 1",
+    "SELECT id FROM t WHERE value < 0.5",
+    "SELECT count(*) FROM t WHERE name LIKE '%99'",
+    "SELECT id, note FROM t WHERE note = 'note 42' AND id < 2000",
+    "SELECT count(*) FROM t WHERE ts BETWEEN TIMESTAMP '2023-11-14 22:40:00' AND TIMESTAMP '2023-11-14 23:00:00'",
+    "SELECT a.category, count(*) FROM t a JOIN (SELECT id FROM t WHERE id % 1000 = 0) b ON a.id = b.id GROUP BY a.category",
+    "SELECT id FROM t WHERE id IN (SELECT id FROM t WHERE name = 'name-054321')",
+    "SELECT count(*) FROM t",
+    "SELECT id, value FROM t WHERE id BETWEEN 998 AND 1003",
 ];
 
 async fn rows(ctx: &SessionContext, sql: &str) -> Result<Vec<String>> {
@@ -277,4 +302,99 @@ async fn create_external_table_gives_a_lake_table() {
     .unwrap();
     assert_eq!(got, want);
     assert_eq!(lake.stats().index.footer_loads, 3);
+}
+
+#[test]
+fn the_corpus_has_at_least_forty_queries() {
+    assert!(CORPUS.len() >= 40, "{}", CORPUS.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hive_partitioned_directory_returns_vanillas_rows() {
+    for b in backends("hive") {
+        for (i, region) in ["eu", "us", "ap"].into_iter().enumerate() {
+            let spec = LakeSpec::small_files(2)
+                .with_row_groups_of(1_000)
+                .with_seed(i as u64);
+            write_lake(
+                b.raw.as_ref(),
+                &b.prefix.clone().join(format!("region={region}")),
+                &spec,
+            )
+            .await
+            .unwrap();
+        }
+        let lake = LakeCache::builder().build().unwrap();
+        let read = ParquetReadOptions::default()
+            .table_partition_cols(vec![("region".into(), DataType::Utf8)]);
+        let plain = SessionContext::new_with_config(config(true));
+        plain.register_object_store(&b.store_url, b.raw.clone());
+        plain
+            .register_parquet("t", b.table_url(), read.clone())
+            .await
+            .unwrap();
+        let cached = SessionContext::new_with_config(config(true));
+        cached.register_object_store(&b.store_url, b.raw.clone());
+        let options =
+            read.to_listing_options(&cached.copied_config(), cached.copied_table_options());
+        let table =
+            LakeTable::try_new_with_options(&cached.state(), &b.table_url(), options, &lake)
+                .await
+                .unwrap();
+        cached.register_table("t", Arc::new(table)).unwrap();
+        for sql in [
+            "SELECT region, count(*), sum(id) FROM t GROUP BY region",
+            "SELECT id, name FROM t WHERE region = 'us' AND id = 4242",
+            "SELECT region, id FROM t WHERE name = 'name-012345'",
+            "SELECT count(*) FROM t WHERE region IN ('eu', 'ap') AND note IS NULL",
+            "SELECT a.region, b.region, count(*) FROM t a JOIN t b ON a.id = b.id AND a.region <> b.region WHERE a.id < 50 GROUP BY 1, 2",
+        ] {
+            let want = rows(&plain, sql).await.unwrap();
+            for _ in 0..2 {
+                assert_eq!(rows(&cached, sql).await.unwrap(), want, "{}: {sql}", b.name);
+            }
+        }
+        assert_eq!(lake.stats().index.footer_loads, 6);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_added_to_the_directory_shows_up_after_the_listing_ttl() {
+    let b = local_backend();
+    let spec = LakeSpec::small_files(3);
+    b.write(&spec).await;
+    let lake = LakeCache::builder()
+        .list_ttl(std::time::Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let runtime = RuntimeEnvBuilder::new()
+        .with_cache_manager(lake.cache_manager_config())
+        .build_arc()
+        .unwrap();
+    let ctx = SessionContext::new_with_config_rt(config(false), runtime);
+    ctx.register_object_store(&b.store_url, b.raw.clone());
+    let table = LakeTable::try_new(&ctx.state(), &b.table_url(), &lake)
+        .await
+        .unwrap();
+    ctx.register_table("t", Arc::new(table)).unwrap();
+    let count = "SELECT count(*) FROM t";
+    assert!(
+        rows(&ctx, count)
+            .await
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("15000"))
+    );
+    let more = LakeSpec { files: 4, ..spec };
+    let path = b.prefix.clone().join(LakeSpec::file_name(3));
+    b.raw
+        .put(&path, file_bytes(&more, 3).unwrap().into())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let after = rows(&ctx, count).await.unwrap();
+    assert!(
+        after.iter().any(|l| l.contains("20000")),
+        "the new file is listed: {after:?}"
+    );
 }

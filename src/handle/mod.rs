@@ -179,6 +179,13 @@ impl HandleCache {
         self.inner.lists.run_pending_tasks();
     }
 
+    /// Drops the metadata of one object of the store at `store_url`, and the listings that
+    /// hold it. A descriptor of a local file is dropped by the store wrapper that opened it,
+    /// or at the latest when it is next used and found changed.
+    pub fn invalidate_object(&self, store_url: &url::Url, path: &Path) {
+        self.invalidate(&store_url[..url::Position::BeforePath].into(), path);
+    }
+
     pub(crate) fn files(&self) -> &OpenFiles {
         &self.inner.files
     }

@@ -54,9 +54,20 @@ impl LakeTable {
     /// A table over the Parquet files at `table_url` (a directory ending in `/`, or a file),
     /// with the schema inferred as `register_parquet` does.
     pub async fn try_new(state: &dyn Session, table_url: &str, lake: &LakeCache) -> Result<Self> {
-        let url = ListingTableUrl::parse(table_url)?;
         let format = ParquetFormat::default().with_options(state.default_table_options().parquet);
         let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
+        Self::try_new_with_options(state, table_url, options, lake).await
+    }
+
+    /// Like [`LakeTable::try_new`], with listing options of one's own: partition columns,
+    /// file extension, sort order (for example from `ParquetReadOptions::to_listing_options`).
+    pub async fn try_new_with_options(
+        state: &dyn Session,
+        table_url: &str,
+        options: ListingOptions,
+        lake: &LakeCache,
+    ) -> Result<Self> {
+        let url = ListingTableUrl::parse(table_url)?;
         let schema = options.infer_schema(state, &url).await?;
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
