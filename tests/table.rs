@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use common::{Backend, backends, local_backend};
 use datafusion::arrow::datatypes::DataType;
-use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::error::Result;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};

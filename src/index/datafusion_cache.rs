@@ -8,14 +8,34 @@
 use std::time::Duration;
 
 use datafusion::common::{HashMap, TableReference};
+use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
 use datafusion::execution::cache::cache_manager::CachedFileMetadataEntry;
 use datafusion::execution::cache::{Cache, CacheEntryInfo};
+use object_store::ObjectMeta;
 use object_store::path::Path;
+use parquet::file::metadata::ParquetMetaData;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{IndexCache, IndexEntry, IndexKey};
 
 impl IndexCache {
+    /// The footer DataFusion's own reader cached for `meta`, if it is still valid for it and
+    /// holds the page index: what planning already read need not be fetched again.
+    pub(crate) fn datafusion_footer(&self, meta: &ObjectMeta) -> Option<Arc<ParquetMetaData>> {
+        let entry = self.datafusion_entry(&meta.location)?;
+        if !entry.is_valid_for(meta) {
+            return None;
+        }
+        let footer = entry
+            .file_metadata
+            .as_any()
+            .downcast_ref::<CachedParquetMetaData>()?;
+        let footer = footer.parquet_metadata();
+        (footer.column_index().is_some() && footer.offset_index().is_some())
+            .then(|| Arc::clone(footer))
+    }
+
     fn datafusion_entry(&self, k: &Path) -> Option<CachedFileMetadataEntry> {
         match self.inner.entries.get(&IndexKey::DataFusion(k.clone()))? {
             IndexEntry::DataFusion(e) => Some(e),

@@ -194,11 +194,18 @@ impl AsyncFileReader for LakeReader {
         &'a mut self,
         _options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
-        let load = load_footer(
+        let planned = self.index.datafusion_footer(&self.meta);
+        let fetch = load_footer(
             Arc::clone(&self.store),
             self.meta.clone(),
             self.metadata_size_hint,
         );
+        let load = async move {
+            match planned {
+                Some(footer) => Ok(footer),
+                None => fetch.await,
+            }
+        };
         async move {
             let metadata = self
                 .index
