@@ -76,7 +76,7 @@ async fn main() -> datafusion::error::Result<()> {
     let sql = |q: usize| {
         let q = q % DISTINCT;
         let id = (q * 7_919 + 13) % (files * spec.rows_per_file);
-        if q % 2 == 0 {
+        if q.is_multiple_of(2) {
             format!("SELECT * FROM t WHERE id = {id}")
         } else {
             let name = (id as i64 * 7919 + spec.seed as i64) % 100_000;
