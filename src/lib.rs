@@ -23,6 +23,7 @@
 pub mod config;
 pub mod handle;
 pub mod index;
+pub mod sql;
 pub mod stats;
 pub mod table;
 pub mod testkit;

@@ -1,0 +1,64 @@
+//! Making a DataFusion session use the lake caches: [`LakeCache::install`].
+
+mod catalog;
+mod registry;
+
+use std::sync::Arc;
+
+use datafusion::catalog::MemoryCatalogProviderList;
+use datafusion::error::Result;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+
+pub use registry::LakeObjectStoreRegistry;
+
+use crate::{LakeCache, LakeTableFactory};
+use catalog::LakeCatalogList;
+
+impl LakeCache {
+    /// Makes the session built from `builder` use this cache:
+    /// - every object store of its runtime is wrapped in a
+    ///   [`CachingObjectStore`](crate::CachingObjectStore) (handle caching);
+    /// - the [`IndexCache`](crate::IndexCache) is DataFusion's `FileMetadataCache`, and
+    ///   DataFusion's listings last no longer than the listing TTL;
+    /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
+    ///   [`LakeTable`](crate::LakeTable)s.
+    ///
+    /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
+    /// `with_default_features`, which would replace the table factory.
+    ///
+    /// ```
+    /// # use datafusion::execution::SessionStateBuilder;
+    /// # use datafusion::prelude::SessionContext;
+    /// # use datafusion_lakecache::LakeCache;
+    /// let lake = LakeCache::builder().build().unwrap();
+    /// let state = lake
+    ///     .install(SessionStateBuilder::new().with_default_features())
+    ///     .unwrap()
+    ///     .build();
+    /// let ctx = SessionContext::new_with_state(state);
+    /// ```
+    pub fn install(&self, mut builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
+        let runtime = match builder.runtime_env().take() {
+            Some(runtime) => runtime,
+            None => Arc::new(RuntimeEnv::default()),
+        };
+        let registry =
+            LakeObjectStoreRegistry::new(Arc::clone(&runtime.object_store_registry), self);
+        let runtime = RuntimeEnvBuilder::from_runtime_env(&runtime)
+            .with_cache_manager(self.cache_manager_config())
+            .with_object_store_registry(Arc::new(registry))
+            .build_arc()?;
+        let catalogs = match builder.catalog_list().take() {
+            Some(list) => list,
+            None => Arc::new(MemoryCatalogProviderList::new()),
+        };
+        Ok(builder
+            .with_runtime_env(runtime)
+            .with_catalog_list(Arc::new(LakeCatalogList {
+                inner: catalogs,
+                lake: self.clone(),
+            }))
+            .with_table_factory("PARQUET".into(), Arc::new(LakeTableFactory::new(self))))
+    }
+}

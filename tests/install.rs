@@ -1,0 +1,103 @@
+//! `LakeCache::install`: a session whose Parquet tables are LakeTables and whose object
+//! stores are cached, however the tables and stores are registered.
+
+mod common;
+
+use common::{WORKLOAD, backends, scan};
+use datafusion::datasource::listing::ListingTable;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+use datafusion_lakecache::testkit::lake::LakeSpec;
+use datafusion_lakecache::{LakeCache, LakeTable};
+
+fn session(lake: &LakeCache) -> SessionContext {
+    let state = lake
+        .install(SessionStateBuilder::new().with_default_features())
+        .unwrap()
+        .build();
+    SessionContext::new_with_state(state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_sessions_use_lake_tables_and_cached_stores() {
+    for b in backends("install") {
+        b.write(&LakeSpec::small_files(4).with_row_groups_of(1_000))
+            .await;
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let want = scan(&b, b.raw.clone(), WORKLOAD[0]).await.unwrap();
+
+        for round in 0..2 {
+            // A new session each round, installed from the same LakeCache: caches are shared.
+            let ctx = session(&lake);
+            ctx.register_object_store(&b.store_url, counted.clone());
+            ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+                .await
+                .unwrap();
+            let sql = format!(
+                "CREATE EXTERNAL TABLE u STORED AS PARQUET LOCATION '{}'",
+                b.table_url()
+            );
+            ctx.sql(&sql).await.unwrap();
+            for name in ["t", "u"] {
+                let provider = ctx.table_provider(name).await.unwrap();
+                assert!(
+                    provider.downcast_ref::<LakeTable>().is_some(),
+                    "{}: {name} is a LakeTable",
+                    b.name
+                );
+            }
+            counted.reset();
+            for name in ["t", "u"] {
+                let batches = ctx
+                    .sql(&WORKLOAD[0].replace("FROM t", &format!("FROM {name} AS t")))
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap();
+                let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                    .unwrap()
+                    .to_string();
+                let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+                lines.sort();
+                assert_eq!(lines, want, "{} round {round}: {name}", b.name);
+            }
+            let c = counted.counts();
+            assert_eq!(
+                (c.head, c.list),
+                (0, 0),
+                "{} round {round}: no HEAD or LIST: {c:?}",
+                b.name
+            );
+        }
+        let stats = lake.stats();
+        assert_eq!(
+            stats.index.footer_loads, 8,
+            "4 files: planning's decode and LakeTable's reuse of it"
+        );
+        assert!(stats.handles.listings.hits > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_formats_stay_listing_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("a.csv");
+    std::fs::write(&csv, "x,y\n1,2\n3,4\n").unwrap();
+    let lake = LakeCache::builder().build().unwrap();
+    let ctx = session(&lake);
+    ctx.register_csv("c", csv.to_str().unwrap(), CsvReadOptions::new())
+        .await
+        .unwrap();
+    let provider = ctx.table_provider("c").await.unwrap();
+    assert!(provider.downcast_ref::<ListingTable>().is_some());
+    let batches = ctx
+        .sql("SELECT sum(y) FROM c")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(batches[0].num_rows(), 1);
+}
