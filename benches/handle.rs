@@ -56,6 +56,7 @@ async fn main() -> datafusion::error::Result<()> {
         store_url: url.clone(),
         store,
         table_url: table_url.clone(),
+        lake: None,
     };
 
     println!("{files} files x 5,000 rows, {runs} scans per query, each in a new SessionContext\n");

@@ -114,7 +114,9 @@ pub struct IndexStats {
     pub cache: CacheStats,
     /// Bytes held now.
     pub bytes: u64,
-    /// Footer loads (fetch and decode) that ran.
+    /// Footers added: loads run by [`IndexCache::metadata`] (a fetch and decode, or the reuse
+    /// of a footer DataFusion's planning decoded), and footers DataFusion's own reader put.
+    /// Unchanged across warm queries.
     pub footer_loads: u64,
     /// Bloom-filter loads that ran.
     pub bloom_loads: u64,

@@ -5,9 +5,12 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use datafusion::error::Result;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use object_store::ObjectStore;
 use url::Url;
+
+use crate::LakeCache;
 
 /// Where a lake is and which store serves it.
 #[derive(Debug, Clone)]
@@ -18,6 +21,8 @@ pub struct LakeLocation {
     pub store: Arc<dyn ObjectStore>,
     /// The table's location, such as `/data/lake/` or `s3://bucket/lake/`.
     pub table_url: String,
+    /// If set, sessions are installed from this cache ([`LakeCache::install`]).
+    pub lake: Option<LakeCache>,
 }
 
 /// Runs `sql` in a new `SessionContext` configured by `config`, where the lake is table `t`.
@@ -26,7 +31,15 @@ pub async fn query(
     sql: &str,
     config: SessionConfig,
 ) -> Result<Vec<RecordBatch>> {
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = match &lake.lake {
+        Some(cache) => {
+            let builder = SessionStateBuilder::new()
+                .with_default_features()
+                .with_config(config);
+            SessionContext::new_with_state(cache.install(builder)?.build())
+        }
+        None => SessionContext::new_with_config(config),
+    };
     ctx.register_object_store(&lake.store_url, Arc::clone(&lake.store));
     ctx.register_parquet("t", &lake.table_url, ParquetReadOptions::default())
         .await?;

@@ -156,6 +156,7 @@ pub async fn scan_with(
         store_url: backend.store_url.clone(),
         store,
         table_url: backend.table_url(),
+        lake: None,
     };
     let batches = query(&lake, sql, config).await?;
     let text = pretty_format_batches(&batches)?.to_string();

@@ -1,8 +1,9 @@
 //! `lakecache`: the command-line tool.
 //!
 //! `lakecache demo` builds a small lake in a temporary directory, serves it through a
-//! simulated remote store that charges a delay per request, and runs the same scans with and
-//! without the cache, printing the timings and request counts side by side.
+//! simulated remote store that charges a delay per request, and runs the same scans in plain
+//! DataFusion sessions and in sessions installed from one `LakeCache`, printing the timings
+//! and request counts side by side.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,12 +11,11 @@ use std::time::{Duration, Instant};
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::prelude::SessionConfig;
+use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, SCANS, write_lake};
 use datafusion_lakecache::testkit::{
     CountingStore, LakeLocation, LatencyStore, RequestCounts, query,
 };
-use datafusion_lakecache::{CachingObjectStore, LakeCache};
-use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use url::Url;
@@ -108,12 +108,7 @@ async fn demo(args: DemoArgs) -> Result<()> {
     };
     let lake = LakeCache::builder().build()?;
     let plain = remote();
-    let cached_counts = remote();
-    let cached: Arc<dyn ObjectStore> = Arc::new(CachingObjectStore::new_arc(
-        Arc::clone(&cached_counts),
-        &store_url,
-        lake.handles(),
-    ));
+    let cached = remote();
     let sides = [
         Side {
             name: "DataFusion",
@@ -121,6 +116,7 @@ async fn demo(args: DemoArgs) -> Result<()> {
                 store_url: store_url.clone(),
                 store: plain.clone(),
                 table_url: table_url.clone(),
+                lake: None,
             },
             counts: plain,
         },
@@ -128,10 +124,11 @@ async fn demo(args: DemoArgs) -> Result<()> {
             name: "lakecache",
             location: LakeLocation {
                 store_url,
-                store: cached,
+                store: cached.clone(),
                 table_url,
+                lake: Some(lake.clone()),
             },
-            counts: cached_counts,
+            counts: cached,
         },
     ];
     println!(
@@ -156,11 +153,21 @@ async fn demo(args: DemoArgs) -> Result<()> {
             );
         }
     }
-    let s = lake.stats().handles;
+    let s = lake.stats();
     println!();
     println!(
-        "handle cache: metadata {} hits / {} misses, listings {} hits / {} misses, {} entries",
-        s.metadata.hits, s.metadata.misses, s.listings.hits, s.listings.misses, s.metadata.entries
+        "handle cache: metadata {} hits / {} misses, listings {} hits / {} misses",
+        s.handles.metadata.hits,
+        s.handles.metadata.misses,
+        s.handles.listings.hits,
+        s.handles.listings.misses
+    );
+    println!(
+        "index cache: {} hits / {} misses, {} entries, {} KiB held",
+        s.index.cache.hits,
+        s.index.cache.misses,
+        s.index.cache.entries,
+        s.index.bytes >> 10
     );
     Ok(())
 }
