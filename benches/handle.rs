@@ -6,9 +6,12 @@
 //! scan runs in a new `SessionContext`; off and on alternate run by run so drift in a shared
 //! machine's speed hits both alike. Prints a Markdown table for docs/benchmarks.md.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::arg;
 use datafusion::prelude::SessionConfig;
 use datafusion_lakecache::testkit::lake::{LakeSpec, SCANS, write_lake};
 use datafusion_lakecache::testkit::{CountingStore, LakeLocation, LatencyStore, query};
@@ -17,18 +20,6 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use url::Url;
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} expects a number, got {v}"))
-        })
-        .unwrap_or(default)
-}
 
 struct Totals {
     off: Duration,

@@ -7,10 +7,13 @@
 //! `cargo bench --bench index` (options: `-- --files N --queries N --latency-ms MS`).
 //! Queries alternate between the two sides so drift on a shared machine hits both alike.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::arg;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes, write_lake};
@@ -21,18 +24,6 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 use url::Url;
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} expects a number, got {v}"))
-        })
-        .unwrap_or(default)
-}
 
 #[derive(Default)]
 struct Side {

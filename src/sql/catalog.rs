@@ -6,28 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider, TableProvider};
-use datafusion::datasource::listing::ListingTable;
 use datafusion::error::Result;
 
 use crate::{LakeCache, LakeTable};
-
-/// Wraps a table in a [`LakeTable`] if it is a Parquet `ListingTable`.
-pub(crate) fn lake_table(
-    table: Arc<dyn TableProvider>,
-    lake: &LakeCache,
-) -> Arc<dyn TableProvider> {
-    let is_parquet = table
-        .downcast_ref::<ListingTable>()
-        .is_some_and(|t| t.options().format.get_ext() == "parquet");
-    if !is_parquet {
-        return table;
-    }
-    let any: Arc<dyn std::any::Any + Send + Sync> = table;
-    match any.downcast::<ListingTable>() {
-        Ok(listing) => Arc::new(LakeTable::new(listing, lake)),
-        Err(_) => unreachable!("checked to be a ListingTable above"),
-    }
-}
 
 /// A catalog list whose catalogs are [`LakeCatalog`]s.
 #[derive(Debug)]
@@ -122,7 +103,7 @@ impl SchemaProvider for LakeSchema {
         table: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn TableProvider>>> {
         self.inner
-            .register_table(name, lake_table(table, &self.lake))
+            .register_table(name, LakeTable::wrap_if_parquet(table, &self.lake))
     }
 
     fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {

@@ -1,11 +1,9 @@
 //! [`LakeTableFactory`]: `CREATE EXTERNAL TABLE ... STORED AS PARQUET` gives a [`LakeTable`].
 
-use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
-use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::listing_table_factory::ListingTableFactory;
 use datafusion::error::Result;
 use datafusion::logical_expr::CreateExternalTable;
@@ -50,16 +48,6 @@ impl TableProviderFactory for LakeTableFactory {
         cmd: &CreateExternalTable,
     ) -> Result<Arc<dyn TableProvider>> {
         let table = self.inner.create(state, cmd).await?;
-        let is_parquet = table
-            .downcast_ref::<ListingTable>()
-            .is_some_and(|t| t.options().format.get_ext() == "parquet");
-        if !is_parquet {
-            return Ok(table);
-        }
-        let any: Arc<dyn Any + Send + Sync> = table;
-        match any.downcast::<ListingTable>() {
-            Ok(listing) => Ok(Arc::new(LakeTable::new(listing, &self.lake))),
-            Err(_) => unreachable!("checked to be a ListingTable above"),
-        }
+        Ok(LakeTable::wrap_if_parquet(table, &self.lake))
     }
 }

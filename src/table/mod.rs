@@ -77,6 +77,24 @@ impl LakeTable {
         Ok(Self::new(Arc::new(table), lake))
     }
 
+    /// `table` as a [`LakeTable`] if it is a Parquet `ListingTable`, else unchanged.
+    pub fn wrap_if_parquet(
+        table: Arc<dyn TableProvider>,
+        lake: &LakeCache,
+    ) -> Arc<dyn TableProvider> {
+        let is_parquet = table
+            .downcast_ref::<ListingTable>()
+            .is_some_and(|t| t.options().format.get_ext() == "parquet");
+        if !is_parquet {
+            return table;
+        }
+        let any: Arc<dyn std::any::Any + Send + Sync> = table;
+        match any.downcast::<ListingTable>() {
+            Ok(listing) => Arc::new(Self::new(listing, lake)),
+            Err(_) => unreachable!("checked to be a ListingTable above"),
+        }
+    }
+
     /// The wrapped `ListingTable`.
     pub fn listing_table(&self) -> &Arc<ListingTable> {
         &self.inner
