@@ -171,7 +171,9 @@ impl IndexCache {
                 config,
                 entries,
                 loading: Cache::new(100_000),
-                current: Cache::new(1_000_000),
+                // Bounded by count (~200 bytes each); an object that falls out is only
+                // missed by the old-version cleanup, and its stale entries age out anyway.
+                current: Cache::new(100_000),
                 counters,
                 footer_loads: AtomicU64::new(0),
                 bloom_loads: AtomicU64::new(0),

@@ -25,7 +25,9 @@ impl LakeCache {
     ///   [`LakeTable`](crate::LakeTable)s.
     ///
     /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
-    /// `with_default_features`, which would replace the table factory.
+    /// `with_default_features`, which would replace the table factory. A runtime already set
+    /// on `builder` keeps its memory pool, disk manager and object stores; its cache manager
+    /// configuration is replaced by [`LakeCache::cache_manager_config`].
     ///
     /// ```
     /// # use datafusion::execution::SessionStateBuilder;
