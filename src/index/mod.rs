@@ -298,6 +298,12 @@ impl IndexCache {
                 let this = self.clone();
                 let key = key.clone();
                 async move {
+                    // A load that just finished may have admitted the entry between this
+                    // caller's miss and its joining: take it rather than load again.
+                    if let Some(hit) = this.inner.entries.get(&key) {
+                        this.inner.loading.invalidate(&key);
+                        return Ok(hit);
+                    }
                     let loaded = load.await;
                     if let Ok(entry) = &loaded {
                         this.admit(&key, entry.clone());

@@ -31,6 +31,22 @@ fn version(path: &str, e_tag: &str) -> ObjectVersion {
     )
 }
 
+/// Waits until `n` callers have started: every caller increments `started` in the same poll
+/// in which it joins (or starts) the load, so once all have, none can arrive after the load
+/// ended, however slowly a loaded machine schedules them.
+async fn all_started(started: &AtomicUsize, n: usize) {
+    for _ in 0..5_000 {
+        if started.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!(
+        "only {} of {n} callers started",
+        started.load(Ordering::SeqCst)
+    );
+}
+
 fn cache(capacity_bytes: u64) -> IndexCache {
     IndexCache::try_new(IndexConfig {
         capacity_bytes,
@@ -43,15 +59,19 @@ fn cache(capacity_bytes: u64) -> IndexCache {
 async fn concurrent_misses_make_one_load() {
     let cache = cache(64 << 20);
     let loads = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
     let object = version("a.parquet", "v1");
     let tasks: Vec<_> = (0..16)
         .map(|_| {
-            let (cache, loads, object) = (cache.clone(), Arc::clone(&loads), object.clone());
+            let (cache, object) = (cache.clone(), object.clone());
+            let (loads, started) = (Arc::clone(&loads), Arc::clone(&started));
             tokio::spawn(async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                let gate = Arc::clone(&started);
                 cache
                     .metadata(&object, async move {
                         loads.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        all_started(&gate, 16).await;
                         Ok(footer(1))
                     })
                     .await
@@ -83,13 +103,15 @@ async fn concurrent_misses_make_one_load() {
 async fn a_failed_load_reaches_every_waiter_and_is_not_kept() {
     let cache = cache(64 << 20);
     let object = version("bad.parquet", "v1");
+    let started = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..4)
         .map(|_| {
-            let (cache, object) = (cache.clone(), object.clone());
+            let (cache, object, started) = (cache.clone(), object.clone(), Arc::clone(&started));
             tokio::spawn(async move {
+                started.fetch_add(1, Ordering::SeqCst);
                 cache
-                    .metadata(&object, async {
-                        tokio::time::sleep(Duration::from_millis(30)).await;
+                    .metadata(&object, async move {
+                        all_started(&started, 4).await;
                         Err(DataFusionError::Execution(
                             "bad.parquet: corrupt footer".into(),
                         ))
