@@ -40,6 +40,12 @@ pub use index::{IndexCache, IndexStats};
 pub use stats::CacheStats;
 pub use table::{LakeTable, LakeTableFactory};
 
+/// How every cache names a store: the scheme, host and port of its URL (`s3://bucket`,
+/// `file://`), whatever path or trailing slash the URL was written with.
+pub fn store_key(store_url: &url::Url) -> Arc<str> {
+    store_url[..url::Position::BeforePath].into()
+}
+
 /// The shared state of the crate: one per process, cheap to clone, shared by every session
 /// and query. Built with [`LakeCache::builder`].
 #[derive(Debug, Clone)]
@@ -98,8 +104,7 @@ impl LakeCache {
     /// it was registered (for example `s3://bucket`).
     pub fn invalidate(&self, store_url: &url::Url, path: &object_store::path::Path) {
         self.handles.invalidate_object(store_url, path);
-        self.index
-            .invalidate(&store_url[..url::Position::BeforePath], path);
+        self.index.invalidate(store_url, path);
     }
 
     /// Drops every cached entry.

@@ -122,7 +122,7 @@ async fn a_thousand_corruptions_give_clear_errors() {
             e_tag: None,
             version: None,
         };
-        let object = ObjectVersion::new("memory://", &meta);
+        let object = ObjectVersion::new(&url::Url::parse("memory://").unwrap(), &meta);
         LARGEST.store(0, Relaxed);
         let result = cache
             .metadata(

@@ -405,3 +405,67 @@ async fn a_file_added_to_the_directory_shows_up_after_the_listing_ttl() {
         "the new file is listed: {after:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_listing_table_keeps_its_footers_in_the_index_cache() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(3)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let runtime = RuntimeEnvBuilder::new()
+        .with_cache_manager(lake.cache_manager_config())
+        .build_arc()
+        .unwrap();
+    let ctx = SessionContext::new_with_config_rt(config(false), runtime);
+    ctx.register_object_store(&b.store_url, b.raw.clone());
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let provider = ctx.table_provider("t").await.unwrap();
+    assert!(
+        provider.downcast_ref::<LakeTable>().is_none(),
+        "a plain ListingTable"
+    );
+    rows(&ctx, "SELECT count(*) FROM t WHERE id = 7")
+        .await
+        .unwrap();
+    let stats = lake.stats().index;
+    assert_eq!(
+        stats.cache.entries, 3,
+        "DataFusion's footers are in the index cache: {stats:?}"
+    );
+    assert!(stats.bytes > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_and_invalidate_make_the_next_query_load_again() {
+    let b = local_backend();
+    let paths = b.write(&LakeSpec::small_files(3)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let ctx = lake_ctx(&b, b.raw.clone(), &lake, false).await;
+    let sql = "SELECT count(*) FROM t WHERE id = 7";
+    let want = rows(&ctx, sql).await.unwrap();
+    let loads = lake.stats().index.footer_loads;
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+    assert_eq!(
+        lake.stats().index.footer_loads,
+        loads,
+        "warm: nothing loaded"
+    );
+
+    lake.invalidate(&b.store_url, &paths[0]);
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+    assert_eq!(
+        lake.stats().index.footer_loads,
+        loads + 1,
+        "the invalidated file is loaded again"
+    );
+
+    lake.clear();
+    assert_eq!(lake.stats().index.cache.entries, 0);
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+    assert_eq!(
+        lake.stats().index.footer_loads,
+        loads + 2,
+        "the one file the query opens is loaded again"
+    );
+}

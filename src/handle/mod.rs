@@ -183,7 +183,7 @@ impl HandleCache {
     /// hold it. A descriptor of a local file is dropped by the store wrapper that opened it,
     /// or at the latest when it is next used and found changed.
     pub fn invalidate_object(&self, store_url: &url::Url, path: &Path) {
-        self.invalidate(&store_url[..url::Position::BeforePath].into(), path);
+        self.invalidate(&crate::store_key(store_url), path);
     }
 
     pub(crate) fn files(&self) -> &OpenFiles {

@@ -116,11 +116,10 @@ impl<S: ObjectStore> CachingObjectStore<S> {
 
     /// Like [`CachingObjectStore::new`], for a store already behind an `Arc`.
     pub fn new_arc(inner: Arc<S>, store_url: &Url, cache: &HandleCache) -> Self {
-        let store = &store_url[..url::Position::BeforePath];
         let any: Arc<dyn Any + Send + Sync> = Arc::clone(&inner) as _;
         Self {
             inner,
-            store: store.into(),
+            store: crate::store_key(store_url),
             cache: cache.clone(),
             local: any.downcast::<LocalFileSystem>().ok(),
             if_match: Arc::new(AtomicBool::new(true)),

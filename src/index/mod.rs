@@ -20,6 +20,7 @@ use moka::sync::Cache;
 use object_store::ObjectMeta;
 use object_store::path::Path;
 use parquet::file::metadata::ParquetMetaData;
+use url::Url;
 
 use crate::config::IndexConfig;
 use crate::stats::{CacheCounters, CacheStats};
@@ -36,14 +37,14 @@ pub struct ObjectVersion {
 
 impl ObjectVersion {
     /// The version `meta` describes, of an object in the store at `store_url`.
-    pub fn new(store_url: &str, meta: &ObjectMeta) -> Self {
+    pub fn new(store_url: &Url, meta: &ObjectMeta) -> Self {
         let tag = match (&meta.version, &meta.e_tag) {
             (Some(v), _) => format!("v:{v}"),
             (None, Some(e)) => format!("e:{e}"),
             (None, None) => format!("t:{}", meta.last_modified.timestamp_micros()),
         };
         Self {
-            store: store_url.into(),
+            store: crate::store_key(store_url),
             path: meta.location.clone(),
             size: meta.size,
             tag: tag.into(),
@@ -213,8 +214,8 @@ impl IndexCache {
     }
 
     /// Drops every entry of one object, whatever its version.
-    pub fn invalidate(&self, store_url: &str, path: &Path) {
-        let store: Arc<str> = store_url.into();
+    pub fn invalidate(&self, store_url: &Url, path: &Path) {
+        let store = crate::store_key(store_url);
         self.inner
             .current
             .invalidate(&(Arc::clone(&store), path.clone()));

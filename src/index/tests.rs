@@ -20,7 +20,7 @@ fn footer(seed: u64) -> Arc<ParquetMetaData> {
 
 fn version(path: &str, e_tag: &str) -> ObjectVersion {
     ObjectVersion::new(
-        "s3://bucket",
+        &url::Url::parse("s3://bucket").unwrap(),
         &ObjectMeta {
             location: Path::from(path),
             last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),

@@ -119,7 +119,7 @@ impl LakeTable {
             };
             let store_url = config.object_store_url.clone();
             let store = state.runtime_env().object_store(&store_url)?;
-            let factory = LakeReaderFactory::new(inner, store, store_url.as_str(), index.clone());
+            let factory = LakeReaderFactory::new(inner, store, store_url.as_ref(), index.clone());
             let source = source
                 .clone()
                 .with_parquet_file_reader_factory(Arc::new(factory));

@@ -23,6 +23,7 @@ use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use url::Url;
 
 use crate::index::{IndexCache, ObjectVersion};
 
@@ -32,7 +33,7 @@ use crate::index::{IndexCache, ObjectVersion};
 pub struct LakeReaderFactory {
     inner: Arc<dyn ParquetFileReaderFactory>,
     store: Arc<dyn ObjectStore>,
-    store_url: Arc<str>,
+    store_url: Url,
     index: IndexCache,
 }
 
@@ -41,13 +42,13 @@ impl LakeReaderFactory {
     pub fn new(
         inner: Arc<dyn ParquetFileReaderFactory>,
         store: Arc<dyn ObjectStore>,
-        store_url: &str,
+        store_url: &Url,
         index: IndexCache,
     ) -> Self {
         Self {
             inner,
             store,
-            store_url: store_url.into(),
+            store_url: store_url.clone(),
             index,
         }
     }
