@@ -123,6 +123,38 @@ pub struct LakeStats {
     pub index: IndexStats,
 }
 
+impl LakeStats {
+    /// Every figure as (cache, metric, value), the rows of `lakecache_stats()`.
+    pub fn rows(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let mut rows = Vec::new();
+        let h = &self.handles;
+        for (cache, s) in [
+            ("handle.metadata", h.metadata),
+            ("handle.listings", h.listings),
+            ("handle.files", h.files),
+            ("index", self.index.cache),
+        ] {
+            rows.extend([
+                (cache, "hits", s.hits),
+                (cache, "misses", s.misses),
+                (cache, "evictions", s.evictions),
+                (cache, "expirations", s.expirations),
+                (cache, "invalidations", s.invalidations),
+                (cache, "entries", s.entries),
+            ]);
+        }
+        rows.extend([
+            ("handle.files", "open_now", h.open_files),
+            ("handle.metadata", "version_changes", h.version_changes),
+            ("index", "bytes", self.index.bytes),
+            ("index", "footer_loads", self.index.footer_loads),
+            ("index", "bloom_loads", self.index.bloom_loads),
+            ("index", "rejected", self.index.rejected),
+        ]);
+        rows
+    }
+}
+
 /// Builds a [`LakeCache`]; [`LakeCacheBuilder::build`] validates every setting.
 #[derive(Debug, Clone, Default)]
 pub struct LakeCacheBuilder {

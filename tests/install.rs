@@ -4,6 +4,7 @@
 mod common;
 
 use common::{WORKLOAD, backends, scan};
+use datafusion::arrow::array::UInt64Array;
 use datafusion::datasource::listing::ListingTable;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
@@ -100,4 +101,63 @@ async fn other_formats_stay_listing_tables() {
         .await
         .unwrap();
     assert_eq!(batches[0].num_rows(), 1);
+}
+
+/// One figure from `lakecache_stats()`.
+async fn figure(ctx: &SessionContext, cache: &str, metric: &str) -> u64 {
+    let sql = format!(
+        "SELECT value FROM lakecache_stats() WHERE cache = '{cache}' AND metric = '{metric}'"
+    );
+    let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    let column = batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .unwrap();
+    assert_eq!(column.len(), 1, "{cache}.{metric}");
+    column.value(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lakecache_stats_reports_the_figures_as_they_change() {
+    let b = common::local_backend();
+    b.write(&LakeSpec::small_files(3).with_row_groups_of(1_000))
+        .await;
+    let lake = LakeCache::builder().build().unwrap();
+    let ctx = session(&lake);
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let lookup = "SELECT id FROM t WHERE name = 'name-012345'";
+    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    let (hits, blooms) = (
+        figure(&ctx, "index", "hits").await,
+        figure(&ctx, "index", "bloom_loads").await,
+    );
+    assert!(blooms > 0, "the first lookup loads bloom filters");
+    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    assert!(
+        figure(&ctx, "index", "hits").await > hits,
+        "the second lookup hits"
+    );
+    assert_eq!(
+        figure(&ctx, "index", "bloom_loads").await,
+        blooms,
+        "and loads nothing"
+    );
+    assert_eq!(
+        figure(&ctx, "index", "entries").await,
+        lake.stats().index.cache.entries
+    );
+    // One session: DataFusion's own list-files cache answers after the first listing.
+    assert_eq!(figure(&ctx, "handle.listings", "misses").await, 1);
+    let err = ctx
+        .sql("SELECT * FROM lakecache_stats(1)")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("lakecache_stats() takes no arguments"),
+        "{err}"
+    );
 }

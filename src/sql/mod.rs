@@ -2,15 +2,17 @@
 
 mod catalog;
 mod registry;
+mod stats_function;
 
 use std::sync::Arc;
 
-use datafusion::catalog::MemoryCatalogProviderList;
+use datafusion::catalog::{MemoryCatalogProviderList, TableFunction};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 
 pub use registry::LakeObjectStoreRegistry;
+pub use stats_function::LakeStatsFunction;
 
 use crate::{LakeCache, LakeTableFactory};
 use catalog::LakeCatalogList;
@@ -22,7 +24,8 @@ impl LakeCache {
     /// - the [`IndexCache`](crate::IndexCache) is DataFusion's `FileMetadataCache`, and
     ///   DataFusion's listings last no longer than the listing TTL;
     /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
-    ///   [`LakeTable`](crate::LakeTable)s.
+    ///   [`LakeTable`](crate::LakeTable)s;
+    /// - `SELECT * FROM lakecache_stats()` lists every cache's figures.
     ///
     /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
     /// `with_default_features`, which would replace the table factory. A runtime already set
@@ -55,6 +58,14 @@ impl LakeCache {
             Some(list) => list,
             None => Arc::new(MemoryCatalogProviderList::new()),
         };
+        let stats = Arc::new(TableFunction::new(
+            "lakecache_stats".into(),
+            Arc::new(LakeStatsFunction::new(self)),
+        ));
+        builder
+            .table_functions()
+            .get_or_insert_with(Default::default)
+            .insert(stats.name().to_string(), stats);
         Ok(builder
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(LakeCatalogList {
