@@ -1,8 +1,9 @@
 //! [`LatencyStore`]: charges a fixed delay per request, the way a remote store's round trip
-//! does.
+//! does, and optionally a link of limited bandwidth shared by all requests.
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +14,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
+use tokio::time::Instant;
 
 /// Objects per page of a simulated listing; S3 returns at most 1,000 keys per request.
 const LIST_PAGE: usize = 1000;
@@ -24,22 +26,59 @@ const LIST_PAGE: usize = 1000;
 /// Unlike object_store's `ThrottledStore`, which sleeps once per `get_ranges` call, this
 /// charges each real request, so concurrency and request counts show in the timings.
 ///
+/// With [`LatencyStore::with_bandwidth`], the bytes of every GET also cross one simulated
+/// link in turn: a response of `n` bytes occupies it for `n / bandwidth`, after those ahead of
+/// it, so concurrent downloads share the bandwidth instead of each getting all of it.
+///
 /// ```
 /// # use std::time::Duration;
 /// # use object_store::memory::InMemory;
 /// # use datafusion_lakecache::testkit::LatencyStore;
-/// let remote_like = LatencyStore::new(InMemory::new(), Duration::from_millis(25));
+/// // 25 ms per request over a 1 Gbit/s link.
+/// let remote_like = LatencyStore::new(InMemory::new(), Duration::from_millis(25))
+///     .with_bandwidth(125_000_000);
 /// ```
 #[derive(Debug)]
 pub struct LatencyStore<S> {
     inner: S,
     latency: Duration,
+    /// Bytes per second of the shared link, and when it is next free.
+    link: Option<(u64, Arc<Mutex<Instant>>)>,
 }
 
 impl<S: ObjectStore> LatencyStore<S> {
     /// Delays every request to `inner` by `latency`.
     pub fn new(inner: S, latency: Duration) -> Self {
-        Self { inner, latency }
+        Self {
+            inner,
+            latency,
+            link: None,
+        }
+    }
+
+    /// Also carries the bytes of every GET over one link of `bytes_per_second` (at least 1),
+    /// shared by all requests.
+    pub fn with_bandwidth(mut self, bytes_per_second: u64) -> Self {
+        self.link = Some((
+            bytes_per_second.max(1),
+            Arc::new(Mutex::new(Instant::now())),
+        ));
+        self
+    }
+
+    /// Waits while `bytes` cross the link, after whatever is queued ahead of them.
+    async fn transfer(&self, bytes: u64) {
+        let Some((rate, free_at)) = &self.link else {
+            return;
+        };
+        let busy = Duration::from_secs_f64(bytes as f64 / *rate as f64);
+        let done = {
+            let mut free_at = free_at.lock().unwrap_or_else(|p| p.into_inner());
+            let start = (*free_at).max(Instant::now());
+            *free_at = start + busy;
+            *free_at
+        };
+        tokio::time::sleep_until(done).await;
     }
 
     async fn round_trip(&self) {
@@ -94,7 +133,12 @@ impl<S: ObjectStore> ObjectStore for LatencyStore<S> {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.round_trip().await;
-        self.inner.get_opts(location, options).await
+        let head = options.head;
+        let result = self.inner.get_opts(location, options).await?;
+        if !head {
+            self.transfer(result.range.end - result.range.start).await;
+        }
+        Ok(result)
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
@@ -140,5 +184,40 @@ impl<S: ObjectStore> ObjectStore for LatencyStore<S> {
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
         self.round_trip().await;
         self.inner.rename_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_downloads_share_the_link() {
+        let store = Arc::new(
+            LatencyStore::new(InMemory::new(), Duration::from_millis(10)).with_bandwidth(10 << 20),
+        );
+        let path = Path::from("blob");
+        store
+            .put(&path, PutPayload::from(vec![0u8; 1 << 20]))
+            .await
+            .unwrap();
+        let start = std::time::Instant::now();
+        let reads: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, path) = (Arc::clone(&store), path.clone());
+                tokio::spawn(async move { store.get(&path).await.unwrap().bytes().await.unwrap() })
+            })
+            .collect();
+        for r in reads {
+            assert_eq!(r.await.unwrap().len(), 1 << 20);
+        }
+        // 4 MiB over a 10 MiB/s link take at least 400 ms, whatever the concurrency.
+        assert!(
+            start.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }
