@@ -1,24 +1,30 @@
 //! Make Apache DataFusion fast over data lakes: many Parquet files on object stores (S3, GCS,
 //! Azure, HTTP) or local disks, read again and again by SQL.
 //!
-//! One [`LakeCache`] per process holds the shared caches. Wrap each object store in a
-//! [`CachingObjectStore`] over it and register the wrapper in a `SessionContext`; DataFusion's
-//! Parquet scans then run as before (projection, pruning and filter pushdown unchanged) while
-//! repeated HEAD and LIST requests and local file opens are served from the cache.
+//! One [`LakeCache`] per process holds the shared caches; [`LakeCache::install`] makes a
+//! session use them. DataFusion's Parquet scans then run as before (projection, pruning and
+//! filter pushdown unchanged) while HEAD and LIST requests and local file opens come from the
+//! handle cache ([`handle`]), and footers, page indexes and bloom filters from the index cache
+//! ([`index`]) through [`LakeTable`].
 //!
 //! ```
-//! use std::sync::Arc;
+//! use datafusion::execution::SessionStateBuilder;
 //! use datafusion::prelude::SessionContext;
-//! use datafusion_lakecache::{CachingObjectStore, LakeCache};
-//! use object_store::local::LocalFileSystem;
+//! use datafusion_lakecache::LakeCache;
 //!
 //! let lake = LakeCache::builder().handle_capacity(10_000).build().unwrap();
-//! let url = url::Url::parse("file://").unwrap();
-//! let store = CachingObjectStore::new(LocalFileSystem::new(), &url, lake.handles());
-//! let ctx = SessionContext::new();
-//! ctx.register_object_store(&url, Arc::new(store));
-//! // ctx.register_parquet(...) and SQL as usual; lake.stats() shows the cache's figures.
+//! let state = lake
+//!     .install(SessionStateBuilder::new().with_default_features())
+//!     .unwrap()
+//!     .build();
+//! let ctx = SessionContext::new_with_state(state);
+//! // ctx.register_object_store(...), ctx.register_parquet(...) and SQL as usual;
+//! // lake.stats() and `SELECT * FROM lakecache_stats()` show the caches' figures.
 //! ```
+//!
+//! Modules: [`config`] (every setting), [`handle`], [`index`], [`table`], [`sql`]
+//! (`install`, `lakecache_stats()`), [`stats`], and [`testkit`] (stores that count, delay or
+//! fail requests, and a seeded lake generator, for tests and benchmarks).
 
 pub mod config;
 pub mod handle;
