@@ -1,6 +1,6 @@
 //! Counters shared by every cache of the crate, and the snapshot they report.
 //!
-//! Each cache owns one [`CacheCounters`]; its eviction listener feeds the removal figures, so
+//! Each cache owns one `CacheCounters`; its eviction listener feeds the removal figures, so
 //! evictions, expirations and invalidations are exact counts rather than estimates.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
