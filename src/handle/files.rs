@@ -11,7 +11,7 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -47,6 +47,8 @@ pub(crate) struct OpenFile {
     size: u64,
     modified: SystemTime,
     open_now: Arc<AtomicU64>,
+    /// Set once its metadata has been handed to the handle cache.
+    recorded: AtomicBool,
 }
 
 impl Drop for OpenFile {
@@ -72,6 +74,7 @@ impl OpenFile {
             size: m.len(),
             modified: m.modified()?,
             open_now: Arc::clone(open_now),
+            recorded: AtomicBool::new(false),
         })
     }
 
@@ -102,6 +105,13 @@ impl OpenFile {
             e_tag: Some(format!("{:x}-{:x}-{:x}", self.ino, micros, self.size)),
             version: None,
         }
+    }
+
+    /// True the first time it is asked, false after: a reused descriptor's metadata was
+    /// recorded when it was opened and cannot have changed since (`open` checks that), so
+    /// reads need not build and record it again.
+    pub(crate) fn first_use(&self) -> bool {
+        !self.recorded.swap(true, Relaxed)
     }
 
     pub(crate) fn size(&self) -> u64 {

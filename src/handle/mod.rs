@@ -19,7 +19,7 @@ pub use files::max_open_files_allowed;
 pub use store::{CachingObjectStore, ObjectChanged};
 
 use crate::config::HandleConfig;
-use crate::stats::{CacheCounters, CacheStats};
+use crate::stats::{CacheCounters, CacheStats, settle};
 use files::OpenFiles;
 
 /// Figures of a [`HandleCache`], from [`HandleCache::stats`].
@@ -243,7 +243,7 @@ impl HandleCache {
         if self.epoch() != epoch {
             return;
         }
-        if (listing.objects.len() as u64) < self.inner.config.capacity {
+        if self.listing_fits(listing.objects.len()) {
             self.inner.lists.insert(key, Arc::new(listing));
         }
     }
@@ -297,22 +297,6 @@ pub(crate) fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
     match (&a.e_tag, &b.e_tag) {
         (Some(x), Some(y)) => x == y,
         _ => a.last_modified == b.last_modified,
-    }
-}
-
-/// Runs moka's pending evictions so the figures reflect the bound. moka gives up after
-/// 100 ms of work per call when an eviction listener is set, so under heavy load one call
-/// can leave evictions for later; a few more calls finish them.
-fn settle<K, V>(cache: &Cache<K, V>, capacity: u64)
-where
-    K: std::hash::Hash + Eq + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-{
-    for _ in 0..8 {
-        cache.run_pending_tasks();
-        if cache.weighted_size() <= capacity {
-            break;
-        }
     }
 }
 

@@ -195,13 +195,14 @@ impl<S: ObjectStore> CachingObjectStore<S> {
     }
 
     /// Reads `ranges` of a local file through a cached descriptor; `ranges` maps the file
-    /// size to the byte ranges wanted.
+    /// size to the byte ranges wanted. The file's metadata is recorded when its descriptor
+    /// is first used, not on every read.
     async fn read_local(
         &self,
         location: &Path,
         path: PathBuf,
         ranges: impl FnOnce(u64) -> Result<Vec<Range<u64>>> + Send + 'static,
-    ) -> Result<(ObjectMeta, Vec<Range<u64>>, Vec<Bytes>)> {
+    ) -> Result<(Arc<OpenFile>, Vec<Range<u64>>, Vec<Bytes>)> {
         let cache = self.cache.clone();
         let loc = location.clone();
         let read = tokio::task::spawn_blocking(move || {
@@ -217,11 +218,19 @@ impl<S: ObjectStore> CachingObjectStore<S> {
                         .map_err(|e| io_error(e, &loc, &path))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Ok((file.meta(&loc), ranges, bytes))
+            Ok((file, ranges, bytes))
         })
         .await
         .map_err(|source| Error::JoinError { source })?;
-        self.observe(location, read, |(meta, _, _)| meta)
+        match &read {
+            Ok((file, _, _)) if file.first_use() => {
+                self.cache.record(&self.store, &file.meta(location))
+            }
+            Ok(_) => {}
+            Err(Error::NotFound { .. }) => self.forget(location),
+            Err(_) => {}
+        }
+        read
     }
 
     /// `get_ranges` with every request guarded by `If-Match: e_tag`, coalesced the way
@@ -360,11 +369,11 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
                         source: Box::new(source),
                     })
             };
-            let (meta, ranges, mut bytes) = self.read_local(location, path?, ranges).await?;
+            let (file, ranges, mut bytes) = self.read_local(location, path?, ranges).await?;
             return Ok(GetResult {
                 payload: GetResultPayload::Stream(stream::iter(bytes.pop().map(Ok)).boxed()),
                 range: ranges[0].clone(),
-                meta,
+                meta: file.meta(location),
                 attributes: Attributes::default(),
             });
         }

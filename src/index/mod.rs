@@ -23,7 +23,7 @@ use parquet::file::metadata::ParquetMetaData;
 use url::Url;
 
 use crate::config::IndexConfig;
-use crate::stats::{CacheCounters, CacheStats};
+use crate::stats::{CacheCounters, CacheStats, settle};
 
 /// One version of one object: store URL, path, size, and e_tag (or modification time).
 /// Every index entry is keyed by it, so a replaced object is a miss, never stale metadata.
@@ -191,12 +191,7 @@ impl IndexCache {
     /// A snapshot of the figures.
     pub fn stats(&self) -> IndexStats {
         let i = &self.inner;
-        for _ in 0..8 {
-            i.entries.run_pending_tasks();
-            if i.entries.weighted_size() <= i.config.capacity_bytes {
-                break;
-            }
-        }
+        settle(&i.entries, i.config.capacity_bytes);
         IndexStats {
             cache: i.counters.snapshot(i.entries.entry_count()),
             bytes: i.entries.weighted_size(),

@@ -8,6 +8,7 @@
 //! - `get_bytes` of a bloom filter's exact span is served from the cache;
 //! - `get_byte_ranges` always goes to the inner reader in one call, never range by range.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -72,6 +73,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             store: Arc::clone(&self.store),
             index: self.index.clone(),
             metadata: self.index.cached_metadata(&object),
+            bloom_spans: None,
             object,
             meta,
             metadata_size_hint,
@@ -89,30 +91,37 @@ pub struct LakeReader {
     metadata_size_hint: Option<usize>,
     /// The footer, once known, to recognise bloom-filter reads.
     metadata: Option<Arc<ParquetMetaData>>,
+    /// Bloom-filter spans of `metadata`, start -> (end, row group, column); built on the
+    /// first `get_bytes`, so a lookup is one map probe rather than a walk of every chunk.
+    bloom_spans: Option<HashMap<u64, (u64, usize, usize)>>,
 }
 
 impl LakeReader {
     /// The (row group, column) whose bloom filter spans exactly `range`, if any.
-    fn bloom_filter_at(&self, range: &Range<u64>) -> Option<(usize, usize)> {
-        let metadata = self.metadata.as_ref()?;
-        metadata
-            .row_groups()
-            .iter()
-            .enumerate()
-            .find_map(|(rg, row_group)| {
-                row_group.columns().iter().enumerate().find_map(|(col, c)| {
-                    let offset = u64::try_from(c.bloom_filter_offset()?).ok()?;
-                    let length = u64::try_from(c.bloom_filter_length()?).ok()?;
-                    (offset == range.start && offset + length == range.end).then_some((rg, col))
-                })
-            })
+    fn bloom_filter_at(&mut self, range: &Range<u64>) -> Option<(usize, usize)> {
+        if self.bloom_spans.is_none() {
+            let metadata = self.metadata.as_ref()?;
+            let mut spans = HashMap::new();
+            for (rg, row_group) in metadata.row_groups().iter().enumerate() {
+                for (col, c) in row_group.columns().iter().enumerate() {
+                    let offset = c.bloom_filter_offset().and_then(|o| u64::try_from(o).ok());
+                    let length = c.bloom_filter_length().and_then(|l| u64::try_from(l).ok());
+                    if let (Some(offset), Some(length)) = (offset, length) {
+                        spans.insert(offset, (offset + length, rg, col));
+                    }
+                }
+            }
+            self.bloom_spans = Some(spans);
+        }
+        let &(end, rg, col) = self.bloom_spans.as_ref()?.get(&range.start)?;
+        (end == range.end).then_some((rg, col))
     }
 }
 
 /// Fetches and decodes the footer of `meta` with its page index; errors name the file.
 ///
 /// Reads the last `metadata_size_hint` bytes (the whole file if smaller) in one request, then
-/// more only if the footer or page index reaches further back. Every length read from the
+/// only the missing bytes before them if the footer or page index reaches further back. Every length read from the
 /// file is checked against the file's size before anything is fetched or allocated.
 pub async fn load_footer(
     store: Arc<dyn ObjectStore>,
@@ -133,8 +142,8 @@ pub async fn load_footer(
     }
     let mut suffix = (metadata_size_hint.unwrap_or(0) as u64).clamp(8, size);
     let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let mut bytes = store.get_range(&meta.location, size - suffix..size).await?;
     loop {
-        let bytes = store.get_range(&meta.location, size - suffix..size).await?;
         let result = if reader.has_metadata() {
             reader.read_page_indexes_sized(&bytes, size)
         } else {
@@ -145,7 +154,16 @@ pub async fn load_footer(
             Err(ParquetError::NeedMoreData(needed))
                 if (needed as u64) > suffix && (needed as u64) <= size =>
             {
-                suffix = needed as u64;
+                // Fetch only what lies before the bytes already here.
+                let needed = needed as u64;
+                let before = store
+                    .get_range(&meta.location, size - needed..size - suffix)
+                    .await?;
+                let mut joined = Vec::with_capacity(needed as usize);
+                joined.extend_from_slice(&before);
+                joined.extend_from_slice(&bytes);
+                bytes = joined.into();
+                suffix = needed;
             }
             Err(ParquetError::NeedMoreData(needed)) => {
                 return Err(fail(format!(
@@ -214,8 +232,53 @@ impl AsyncFileReader for LakeReader {
                 .await
                 .map_err(external)?;
             self.metadata = Some(Arc::clone(&metadata));
+            self.bloom_spans = None;
             Ok(metadata)
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::CountingStore;
+    use crate::testkit::lake::{LakeSpec, file_bytes};
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::{GetRange, PutPayload};
+
+    #[tokio::test]
+    async fn a_footer_beyond_the_hint_is_completed_without_refetching() {
+        let bytes = file_bytes(&LakeSpec::small_files(1).with_row_groups_of(500), 0).unwrap();
+        let path = Path::from("f.parquet");
+        let store = Arc::new(CountingStore::new(InMemory::new()));
+        store
+            .put(&path, PutPayload::from(bytes.clone()))
+            .await
+            .unwrap();
+        store.reset();
+        let meta = store.head(&path).await.unwrap();
+        let footer = load_footer(store.clone(), meta, Some(1024)).await.unwrap();
+        assert_eq!(footer.num_row_groups(), 10);
+        assert!(footer.column_index().is_some() && footer.offset_index().is_some());
+        let fetched: Vec<Range<u64>> = store
+            .gets()
+            .into_iter()
+            .map(|(_, r)| match r {
+                Some(GetRange::Bounded(r)) => r,
+                other => panic!("unexpected range {other:?}"),
+            })
+            .collect();
+        assert!(
+            fetched.len() >= 2,
+            "the footer is larger than 1 KiB: {fetched:?}"
+        );
+        for pair in fetched.windows(2) {
+            assert_eq!(
+                pair[1].end, pair[0].start,
+                "each read ends where the last began: {fetched:?}"
+            );
+        }
     }
 }
