@@ -108,6 +108,147 @@ impl IndexConfig {
     }
 }
 
+/// Settings of the [`Prefetcher`](crate::prefetch::Prefetcher).
+///
+/// The number of downloads in flight is not a setting: it starts small and grows while the
+/// aggregate throughput still rises, up to `max_in_flight`. The bytes they may hold follow
+/// `clamp(downloads x largest range seen, buffer, 4 x buffer)`, never above `max_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefetchConfig {
+    /// Whether scans fetch ahead at all.
+    pub enabled: bool,
+    /// Most downloads in flight per scan.
+    pub max_in_flight: usize,
+    /// The smallest byte budget of a scan's buffered and in-flight prefetches.
+    pub buffer_bytes: u64,
+    /// The largest byte budget of a scan, whatever the rule above gives.
+    pub max_bytes: u64,
+    /// Files of at most this size are fetched whole in one request.
+    pub small_file_bytes: u64,
+    /// Column chunks larger than this are fetched as parallel ranged requests of this size.
+    pub split_bytes: u64,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_in_flight: 64,
+            buffer_bytes: 32 << 20,
+            max_bytes: 256 << 20,
+            small_file_bytes: 512 << 10,
+            split_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Key of [`PrefetchConfig::enabled`].
+pub const PREFETCH_ENABLED: &str = "lakecache.prefetch.enabled";
+/// Key of [`PrefetchConfig::max_in_flight`].
+pub const PREFETCH_MAX_IN_FLIGHT: &str = "lakecache.prefetch.max_in_flight";
+/// Key of [`PrefetchConfig::buffer_bytes`].
+pub const PREFETCH_BUFFER: &str = "lakecache.prefetch.buffer";
+/// Key of [`PrefetchConfig::max_bytes`].
+pub const PREFETCH_MAX_BYTES: &str = "lakecache.prefetch.max_bytes";
+/// Key of [`PrefetchConfig::small_file_bytes`].
+pub const PREFETCH_SMALL_FILE: &str = "lakecache.prefetch.small_file";
+/// Key of [`PrefetchConfig::split_bytes`].
+pub const PREFETCH_SPLIT: &str = "lakecache.prefetch.split_size";
+
+const MAX_IN_FLIGHT: u64 = 1024;
+/// Below this, splitting a chunk costs more round trips than it saves.
+const MIN_SPLIT: u64 = 64 << 10;
+
+impl PrefetchConfig {
+    /// Sets one setting from its `lakecache.*` key and a string value, validating it.
+    /// The setting is applied only if the whole configuration stays valid.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let mut next = self.clone();
+        next.apply(key, value)?;
+        next.validate()?;
+        *self = next;
+        Ok(())
+    }
+
+    fn apply(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            PREFETCH_ENABLED => self.enabled = parse_bool(key, value)?,
+            PREFETCH_MAX_IN_FLIGHT => {
+                self.max_in_flight = parse_count(key, value, 1, MAX_IN_FLIGHT)? as usize
+            }
+            PREFETCH_BUFFER => self.buffer_bytes = parse_bytes(key, value)?,
+            PREFETCH_MAX_BYTES => self.max_bytes = parse_bytes(key, value)?,
+            PREFETCH_SMALL_FILE => self.small_file_bytes = parse_bytes(key, value)?,
+            PREFETCH_SPLIT => self.split_bytes = parse_bytes(key, value)?,
+            _ => {
+                return Err(DataFusionError::Configuration(format!(
+                    "unknown setting '{key}'; known prefetch settings: {PREFETCH_ENABLED}, \
+                     {PREFETCH_MAX_IN_FLIGHT}, {PREFETCH_BUFFER}, {PREFETCH_MAX_BYTES}, \
+                     {PREFETCH_SMALL_FILE}, {PREFETCH_SPLIT}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every field against its accepted range, and that the budget's floor is not
+    /// above its cap.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_IN_FLIGHT as usize).contains(&self.max_in_flight) {
+            return Err(range_error(
+                PREFETCH_MAX_IN_FLIGHT,
+                &self.max_in_flight.to_string(),
+                &format!("an integer from 1 to {MAX_IN_FLIGHT}"),
+            ));
+        }
+        for (key, bytes) in [
+            (PREFETCH_BUFFER, self.buffer_bytes),
+            (PREFETCH_MAX_BYTES, self.max_bytes),
+            (PREFETCH_SMALL_FILE, self.small_file_bytes),
+        ] {
+            if bytes == 0 || bytes > MAX_BYTES {
+                return Err(range_error(key, &bytes.to_string(), BYTES_RANGE));
+            }
+        }
+        if self.max_bytes < self.buffer_bytes {
+            return Err(range_error(
+                PREFETCH_MAX_BYTES,
+                &self.max_bytes.to_string(),
+                &format!(
+                    "a size no smaller than {PREFETCH_BUFFER} ({} bytes)",
+                    self.buffer_bytes
+                ),
+            ));
+        }
+        if self.split_bytes < MIN_SPLIT || self.split_bytes > MAX_BYTES {
+            return Err(range_error(
+                PREFETCH_SPLIT,
+                &self.split_bytes.to_string(),
+                "a size from 64KiB to 1PiB",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The scan's byte budget for `workers` downloads when the largest range seen so far is
+    /// `largest` bytes: the seed rule `clamp(workers x largest, buffer, 4 x buffer)`, capped.
+    pub fn budget(&self, workers: usize, largest: u64) -> u64 {
+        (workers as u64)
+            .saturating_mul(largest)
+            .clamp(self.buffer_bytes, self.buffer_bytes.saturating_mul(4))
+            .min(self.max_bytes)
+    }
+}
+
+/// Parses an on/off setting: `true`/`false`, `on`/`off` or `1`/`0`.
+pub fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" => Ok(true),
+        "false" | "off" | "0" => Ok(false),
+        _ => Err(range_error(key, value, "true or false")),
+    }
+}
+
 /// Parses a byte size: a whole number with an optional unit (`B`, `KB`/`KiB`, `MB`/`MiB`,
 /// `GB`/`GiB`, `TB`/`TiB`, all powers of 1024, as DataFusion's own size settings read them).
 pub fn parse_bytes(key: &str, value: &str) -> Result<u64> {
