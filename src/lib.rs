@@ -29,6 +29,7 @@
 pub mod config;
 pub mod handle;
 pub mod index;
+pub mod prefetch;
 pub mod sql;
 pub mod stats;
 pub mod table;
@@ -40,11 +41,12 @@ use std::time::Duration;
 use datafusion::error::Result;
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 
-pub use config::{HandleConfig, IndexConfig};
+pub use config::{HandleConfig, IndexConfig, PrefetchConfig};
 pub use handle::{CachingObjectStore, HandleCache, HandleStats, ObjectChanged};
 pub use index::{IndexCache, IndexStats};
+pub use prefetch::{PrefetchStats, Prefetcher};
 pub use stats::CacheStats;
-pub use table::{LakeTable, LakeTableFactory};
+pub use table::{LakeScanRule, LakeTable, LakeTableFactory};
 
 /// How every cache names a store: the scheme, host and port of its URL (`s3://bucket`,
 /// `file://`), whatever path or trailing slash the URL was written with.
@@ -58,6 +60,8 @@ pub fn store_key(store_url: &url::Url) -> Arc<str> {
 pub struct LakeCache {
     handles: HandleCache,
     index: IndexCache,
+    prefetch: Arc<PrefetchConfig>,
+    prefetch_counters: Arc<prefetch::PrefetchCounters>,
 }
 
 impl LakeCache {
@@ -74,6 +78,15 @@ impl LakeCache {
     /// The index cache: Parquet footers, page indexes and bloom filters.
     pub fn index(&self) -> &IndexCache {
         &self.index
+    }
+
+    /// The settings scans prefetch with.
+    pub fn prefetch_config(&self) -> &PrefetchConfig {
+        &self.prefetch
+    }
+
+    pub(crate) fn prefetch_counters(&self) -> Arc<prefetch::PrefetchCounters> {
+        Arc::clone(&self.prefetch_counters)
     }
 
     /// DataFusion's cache configuration with the [`IndexCache`] as its `FileMetadataCache`,
@@ -102,6 +115,7 @@ impl LakeCache {
         LakeStats {
             handles: self.handles.stats(),
             index: self.index.stats(),
+            prefetch: self.prefetch_counters.snapshot(),
         }
     }
 
@@ -127,6 +141,8 @@ pub struct LakeStats {
     pub handles: HandleStats,
     /// The index cache.
     pub index: IndexStats,
+    /// Prefetching, over every scan so far.
+    pub prefetch: PrefetchStats,
 }
 
 impl LakeStats {
@@ -157,6 +173,21 @@ impl LakeStats {
             ("index", "bloom_loads", self.index.bloom_loads),
             ("index", "rejected", self.index.rejected),
         ]);
+        let p = &self.prefetch;
+        rows.extend([
+            ("prefetch", "scans", p.scans),
+            ("prefetch", "requests", p.requests),
+            ("prefetch", "bytes_fetched", p.bytes_fetched),
+            ("prefetch", "bytes_used", p.bytes_used),
+            ("prefetch", "bytes_wasted", p.bytes_wasted),
+            ("prefetch", "cancelled", p.cancelled),
+            ("prefetch", "failed", p.failed),
+            ("prefetch", "memory_denied", p.memory_denied),
+            ("prefetch", "wait_ms", p.wait_ms),
+            ("prefetch", "peak_in_flight", p.peak_in_flight),
+            ("prefetch", "reserved_bytes", p.reserved_bytes),
+            ("prefetch", "peak_reserved_bytes", p.peak_reserved_bytes),
+        ]);
         rows
     }
 }
@@ -166,6 +197,7 @@ impl LakeStats {
 pub struct LakeCacheBuilder {
     handle: HandleConfig,
     index: IndexConfig,
+    prefetch: PrefetchConfig,
     error: Option<String>,
 }
 
@@ -208,11 +240,38 @@ impl LakeCacheBuilder {
         self
     }
 
+    /// Whether scans prefetch at all (default on).
+    pub fn prefetch(mut self, enabled: bool) -> Self {
+        self.prefetch.enabled = enabled;
+        self
+    }
+
+    /// Most downloads one scan keeps in flight (default 64).
+    pub fn prefetch_max_in_flight(mut self, downloads: usize) -> Self {
+        self.prefetch.max_in_flight = downloads;
+        self
+    }
+
+    /// The smallest byte budget of a scan's prefetches (default 32 MiB); the budget grows to
+    /// four times this with the downloads in flight and the ranges seen.
+    pub fn prefetch_buffer_bytes(mut self, bytes: u64) -> Self {
+        self.prefetch.buffer_bytes = bytes;
+        self
+    }
+
+    /// The largest byte budget of a scan's prefetches (default 256 MiB).
+    pub fn prefetch_max_bytes(mut self, bytes: u64) -> Self {
+        self.prefetch.max_bytes = bytes;
+        self
+    }
+
     /// Sets a setting from its `lakecache.*` key and a string value, as SQL `SET` does.
     /// A bad value is reported by [`LakeCacheBuilder::build`].
     pub fn set(mut self, key: &str, value: &str) -> Self {
         let result = if key.starts_with("lakecache.index.") {
             self.index.set(key, value)
+        } else if key.starts_with("lakecache.prefetch.") {
+            self.prefetch.set(key, value)
         } else {
             self.handle.set(key, value)
         };
@@ -232,9 +291,12 @@ impl LakeCacheBuilder {
         if let Some(e) = self.error {
             return Err(datafusion::error::DataFusionError::Configuration(e));
         }
+        self.prefetch.validate()?;
         Ok(LakeCache {
             handles: HandleCache::try_new(self.handle)?,
             index: IndexCache::try_new(self.index)?,
+            prefetch: Arc::new(self.prefetch),
+            prefetch_counters: Arc::default(),
         })
     }
 }

@@ -12,6 +12,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::error::Result;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::LakeSpec;
@@ -109,22 +110,59 @@ async fn lake_ctx(
     ctx
 }
 
+/// A session installed from `lake` (so its scans prefetch) where `t` is the lake.
+async fn installed_ctx(
+    b: &Backend,
+    store: Arc<dyn ObjectStore>,
+    lake: &LakeCache,
+    pushdown: bool,
+) -> SessionContext {
+    let builder = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config(pushdown));
+    let ctx = SessionContext::new_with_state(lake.install(builder).unwrap().build());
+    ctx.register_object_store(&b.store_url, store);
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    ctx
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_corpus_returns_vanillas_rows() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(8).with_row_groups_of(1_000))
         .await;
     let lake = LakeCache::builder().build().unwrap();
+    // Prefetching small files whole, and large files chunk by chunk in 64 KiB pieces.
+    let whole = LakeCache::builder().build().unwrap();
+    let chunks = LakeCache::builder()
+        .set("lakecache.prefetch.small_file", "1KiB")
+        .set("lakecache.prefetch.split_size", "64KiB")
+        .build()
+        .unwrap();
     for pushdown in [false, true] {
         let plain = vanilla(&b, b.raw.clone(), pushdown).await;
         let cached = lake_ctx(&b, b.raw.clone(), &lake, pushdown).await;
+        let whole = installed_ctx(&b, b.raw.clone(), &whole, pushdown).await;
+        let chunks = installed_ctx(&b, b.raw.clone(), &chunks, pushdown).await;
         for sql in CORPUS {
             let want = rows(&plain, sql).await.unwrap();
             for run in 0..2 {
-                let got = rows(&cached, sql).await.unwrap();
-                assert_eq!(got, want, "pushdown={pushdown} run {run}: {sql}");
+                for (side, ctx) in [
+                    ("LakeTable", &cached),
+                    ("whole", &whole),
+                    ("chunks", &chunks),
+                ] {
+                    let got = rows(ctx, sql).await.unwrap();
+                    assert_eq!(got, want, "{side} pushdown={pushdown} run {run}: {sql}");
+                }
             }
         }
+    }
+    for (side, lake) in [("whole", &whole), ("chunks", &chunks)] {
+        let p = lake.stats().prefetch;
+        assert!(p.bytes_used > 0 && p.failed == 0, "{side}: {p:?}");
     }
     let stats = lake.stats().index;
     assert_eq!(stats.footer_loads, 8, "one footer load per file: {stats:?}");

@@ -25,6 +25,8 @@ impl LakeCache {
     ///   DataFusion's listings last no longer than the listing TTL;
     /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
     ///   [`LakeTable`](crate::LakeTable)s;
+    /// - every Parquet scan of the final plan prefetches ahead of its readers
+    ///   ([`LakeScanRule`](crate::LakeScanRule), [`Prefetcher`](crate::Prefetcher));
     /// - `SELECT * FROM lakecache_stats()` lists every cache's figures.
     ///
     /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
@@ -66,7 +68,11 @@ impl LakeCache {
             .table_functions()
             .get_or_insert_with(Default::default)
             .insert(stats.name().to_string(), stats);
+        let scans = Arc::new(crate::LakeScanRule::new(self, Arc::clone(&runtime)));
+        let config = builder.config().take().unwrap_or_default();
+        builder = builder.with_config(config.with_extension(Arc::new(crate::table::Installed)));
         Ok(builder
+            .with_physical_optimizer_rule(scans)
             .with_runtime_env(runtime)
             .with_catalog_list(Arc::new(LakeCatalogList {
                 inner: catalogs,

@@ -9,6 +9,7 @@
 
 mod factory;
 mod reader;
+mod rule;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -22,7 +23,9 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::physical_plan::{
+    FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::logical_expr::dml::InsertOp;
@@ -30,7 +33,8 @@ use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, T
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use factory::LakeTableFactory;
-pub use reader::{LakeReader, LakeReaderFactory, load_footer};
+pub use reader::{LakeReader, LakeReaderFactory, load_footer, load_footer_with};
+pub use rule::{Installed, LakeScanRule};
 
 use crate::LakeCache;
 
@@ -100,38 +104,55 @@ impl LakeTable {
         &self.inner
     }
 
-    /// Puts a [`LakeReaderFactory`] into every Parquet scan of `plan`.
+    /// Puts a [`LakeReaderFactory`] into every Parquet scan of `plan`, unless the session was
+    /// installed, where [`LakeScanRule`] does it (with prefetching) on the final plan.
     fn with_lake_readers(
         &self,
         state: &dyn Session,
         plan: Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let index = self.lake.index().clone();
-        plan.transform_up(|node| {
-            let Some((config, source)) = node
-                .downcast_ref::<DataSourceExec>()
-                .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
-            else {
-                return Ok(Transformed::no(node));
+        if state.config().get_extension::<rule::Installed>().is_some() {
+            return Ok(plan);
+        }
+        let index = self.lake.index();
+        map_parquet_scans(plan, |config, source| {
+            let Some(inner) = source.parquet_file_reader_factory() else {
+                return Ok(None);
             };
-            let Some(inner) = source.parquet_file_reader_factory().cloned() else {
-                return Ok(Transformed::no(node));
-            };
-            let store_url = config.object_store_url.clone();
-            let store = state.runtime_env().object_store(&store_url)?;
-            let factory = LakeReaderFactory::new(inner, store, store_url.as_ref(), index.clone());
-            let source = source
-                .clone()
-                .with_parquet_file_reader_factory(Arc::new(factory));
-            let config = FileScanConfigBuilder::from(config.clone())
-                .with_source(Arc::new(source))
-                .build();
-            Ok(Transformed::yes(
-                DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
-            ))
+            let store_url = &config.object_store_url;
+            let store = state.runtime_env().object_store(store_url)?;
+            let factory =
+                LakeReaderFactory::new(Arc::clone(inner), store, store_url.as_ref(), index.clone());
+            Ok(Some(Arc::new(factory)))
         })
-        .map(|t| t.data)
     }
+}
+
+/// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces (`Some`), leaving
+/// the rest of the scan (projection, predicate, files) as it was.
+pub(crate) fn map_parquet_scans(
+    plan: Arc<dyn ExecutionPlan>,
+    f: impl Fn(&FileScanConfig, &ParquetSource) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some((config, source)) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(factory) = f(config, source)? else {
+            return Ok(Transformed::no(node));
+        };
+        let source = source.clone().with_parquet_file_reader_factory(factory);
+        let config = FileScanConfigBuilder::from(config.clone())
+            .with_source(Arc::new(source))
+            .build();
+        Ok(Transformed::yes(
+            DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
+        ))
+    })
+    .map(|t| t.data)
 }
 
 #[async_trait]

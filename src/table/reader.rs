@@ -6,9 +6,11 @@
 //! - `get_metadata` returns the footer *with* its page index from the cache (DataFusion 55's
 //!   opener asks for the footer alone, then loads the page index again on every query);
 //! - `get_bytes` of a bloom filter's exact span is served from the cache;
-//! - `get_byte_ranges` always goes to the inner reader in one call, never range by range.
+//! - data ranges a scan's [`Prefetcher`] has downloaded (or is downloading) come from it, and
+//!   the rest go to the inner reader in one call, never range by range.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataR
 use url::Url;
 
 use crate::index::{IndexCache, ObjectVersion};
+use crate::prefetch::{FileLease, Prefetcher};
 
 /// Creates [`LakeReader`]s around the readers of an inner factory (normally DataFusion's
 /// `CachedParquetFileReaderFactory`).
@@ -36,6 +39,7 @@ pub struct LakeReaderFactory {
     store: Arc<dyn ObjectStore>,
     store_url: Url,
     index: IndexCache,
+    prefetcher: Option<Prefetcher>,
 }
 
 impl LakeReaderFactory {
@@ -51,7 +55,29 @@ impl LakeReaderFactory {
             store,
             store_url: store_url.clone(),
             index,
+            prefetcher: None,
         }
+    }
+
+    /// The same factory, whose readers get their bytes from `prefetcher` where it has them.
+    pub fn with_prefetcher(&self, prefetcher: Option<Prefetcher>) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            store: Arc::clone(&self.store),
+            store_url: self.store_url.clone(),
+            index: self.index.clone(),
+            prefetcher,
+        }
+    }
+
+    /// The store its readers read from.
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// The factory this one wraps.
+    pub fn inner(&self) -> &Arc<dyn ParquetFileReaderFactory> {
+        &self.inner
     }
 }
 
@@ -65,6 +91,11 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
     ) -> datafusion::error::Result<Box<dyn AsyncFileReader + Send>> {
         let object = ObjectVersion::new(&self.store_url, &file.object_meta);
         let meta = file.object_meta.clone();
+        let lease = self
+            .prefetcher
+            .as_ref()
+            .and_then(|p| p.open(&meta, metrics))
+            .map(Arc::new);
         let inner = self
             .inner
             .create_reader(partition_index, file, metadata_size_hint, metrics)?;
@@ -77,6 +108,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             object,
             meta,
             metadata_size_hint,
+            lease,
         }))
     }
 }
@@ -94,6 +126,8 @@ pub struct LakeReader {
     /// Bloom-filter spans of `metadata`, start -> (end, row group, column); built on the
     /// first `get_bytes`, so a lookup is one map probe rather than a walk of every chunk.
     bloom_spans: Option<HashMap<u64, (u64, usize, usize)>>,
+    /// This file's share of the scan's prefetching, if any.
+    lease: Option<Arc<FileLease>>,
 }
 
 impl LakeReader {
@@ -128,6 +162,24 @@ pub async fn load_footer(
     meta: ObjectMeta,
     metadata_size_hint: Option<usize>,
 ) -> datafusion::error::Result<Arc<ParquetMetaData>> {
+    let path = meta.location.clone();
+    let read = move |range: Range<u64>| {
+        let (store, path) = (Arc::clone(&store), path.clone());
+        async move { store.get_range(&path, range).await }
+    };
+    load_footer_with(meta, metadata_size_hint, read).await
+}
+
+/// [`load_footer`] with the bytes coming from `read` (for example a prefetched whole file).
+pub async fn load_footer_with<F, Fut>(
+    meta: ObjectMeta,
+    metadata_size_hint: Option<usize>,
+    read: F,
+) -> datafusion::error::Result<Arc<ParquetMetaData>>
+where
+    F: Fn(Range<u64>) -> Fut,
+    Fut: Future<Output = object_store::Result<Bytes>>,
+{
     let size = meta.size;
     let fail = |why: String| {
         DataFusionError::Execution(format!(
@@ -142,7 +194,7 @@ pub async fn load_footer(
     }
     let mut suffix = (metadata_size_hint.unwrap_or(0) as u64).clamp(8, size);
     let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
-    let mut bytes = store.get_range(&meta.location, size - suffix..size).await?;
+    let mut bytes = read(size - suffix..size).await?;
     loop {
         let result = if reader.has_metadata() {
             reader.read_page_indexes_sized(&bytes, size)
@@ -156,9 +208,7 @@ pub async fn load_footer(
             {
                 // Fetch only what lies before the bytes already here.
                 let needed = needed as u64;
-                let before = store
-                    .get_range(&meta.location, size - needed..size - suffix)
-                    .await?;
+                let before = read(size - needed..size - suffix).await?;
                 let mut joined = Vec::with_capacity(needed as usize);
                 joined.extend_from_slice(&before);
                 joined.extend_from_slice(&bytes);
@@ -183,17 +233,53 @@ fn external(e: DataFusionError) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
+/// Reads ranges of one file: from the scan's prefetched bytes where they are, else from
+/// the store.
+#[derive(Clone)]
+struct FileBytes {
+    store: Arc<dyn ObjectStore>,
+    path: object_store::path::Path,
+    lease: Option<Arc<FileLease>>,
+}
+
+impl FileBytes {
+    async fn get(&self, range: Range<u64>) -> object_store::Result<Bytes> {
+        if let Some(lease) = &self.lease
+            && let Some(bytes) = lease.read(range.clone()).await
+        {
+            return Ok(bytes);
+        }
+        self.store.get_range(&self.path, range).await
+    }
+}
+
+impl LakeReader {
+    fn file_bytes(&self) -> FileBytes {
+        FileBytes {
+            store: Arc::clone(&self.store),
+            path: self.meta.location.clone(),
+            lease: self.lease.clone(),
+        }
+    }
+}
+
 impl AsyncFileReader for LakeReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         let Some((row_group, column)) = self.bloom_filter_at(&range) else {
-            return self.inner.get_bytes(range);
+            let Some(lease) = self.lease.clone() else {
+                return self.inner.get_bytes(range);
+            };
+            return async move {
+                match lease.read(range.clone()).await {
+                    Some(bytes) => Ok(bytes),
+                    None => self.inner.get_bytes(range).await,
+                }
+            }
+            .boxed();
         };
-        let (store, path) = (Arc::clone(&self.store), self.meta.location.clone());
+        let file = self.file_bytes();
         let span = range.clone();
-        let load = async move {
-            let bytes = store.get_range(&path, span).await?;
-            Ok(Some(bytes))
-        };
+        let load = async move { Ok(Some(file.get(span).await?)) };
         async move {
             let bytes = self
                 .index
@@ -206,7 +292,37 @@ impl AsyncFileReader for LakeReader {
     }
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
-        self.inner.get_byte_ranges(ranges)
+        let Some(lease) = self.lease.clone() else {
+            return self.inner.get_byte_ranges(ranges);
+        };
+        async move {
+            let mut found: Vec<Option<Bytes>> = Vec::with_capacity(ranges.len());
+            for range in &ranges {
+                found.push(lease.read(range.clone()).await);
+            }
+            let missing: Vec<Range<u64>> = ranges
+                .iter()
+                .zip(&found)
+                .filter(|(_, f)| f.is_none())
+                .map(|(r, _)| r.clone())
+                .collect();
+            let mut fetched = if missing.is_empty() {
+                Vec::new()
+            } else {
+                self.inner.get_byte_ranges(missing).await?
+            }
+            .into_iter();
+            found
+                .into_iter()
+                .map(|f| match f {
+                    Some(bytes) => Ok(bytes),
+                    None => fetched.next().ok_or_else(|| {
+                        ParquetError::General("the inner reader returned too few ranges".into())
+                    }),
+                })
+                .collect()
+        }
+        .boxed()
     }
 
     fn get_metadata<'a>(
@@ -214,15 +330,18 @@ impl AsyncFileReader for LakeReader {
         _options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
         let planned = self.index.datafusion_footer(&self.meta);
-        let fetch = load_footer(
-            Arc::clone(&self.store),
-            self.meta.clone(),
-            self.metadata_size_hint,
-        );
+        let file = self.file_bytes();
+        let (meta, hint) = (self.meta.clone(), self.metadata_size_hint);
         let load = async move {
             match planned {
                 Some(footer) => Ok(footer),
-                None => fetch.await,
+                None => {
+                    let read = move |range: Range<u64>| {
+                        let file = file.clone();
+                        async move { file.get(range).await }
+                    };
+                    load_footer_with(meta, hint, read).await
+                }
             }
         };
         async move {
@@ -231,6 +350,9 @@ impl AsyncFileReader for LakeReader {
                 .metadata(&self.object, load)
                 .await
                 .map_err(external)?;
+            if let Some(lease) = &self.lease {
+                lease.footer_known(&metadata);
+            }
             self.metadata = Some(Arc::clone(&metadata));
             self.bloom_spans = None;
             Ok(metadata)

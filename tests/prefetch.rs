@@ -1,0 +1,290 @@
+//! Prefetching through an installed session: one request per cold small file, many in flight,
+//! the chunks DataFusion reads and no others, the memory pool respected, failures read again,
+//! and nothing fetched once a query's stream is gone.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Backend, WORKLOAD, backends, local_backend, scan};
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::lake::LakeSpec;
+use datafusion_lakecache::testkit::{CountingStore, FaultStore, LatencyStore, Op};
+use futures::StreamExt;
+use object_store::ObjectStore;
+
+fn config() -> SessionConfig {
+    SessionConfig::new().with_target_partitions(2)
+}
+
+/// A session installed from `lake` (with `builder`'s runtime, if any) where `t` is the lake.
+async fn session(
+    b: &Backend,
+    store: Arc<dyn ObjectStore>,
+    lake: &LakeCache,
+    builder: SessionStateBuilder,
+) -> SessionContext {
+    let builder = builder.with_default_features().with_config(config());
+    let ctx = SessionContext::new_with_state(lake.install(builder).unwrap().build());
+    ctx.register_object_store(&b.store_url, store);
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    ctx
+}
+
+async fn rows(ctx: &SessionContext, sql: &str) -> Vec<String> {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let text = pretty_format_batches(&batches).unwrap().to_string();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_small_file_costs_one_request_and_many_run_at_once() {
+    for b in backends("prefetch_small") {
+        let files = 24;
+        b.write(&LakeSpec::small_files(files)).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let ctx = session(&b, counted.clone(), &lake, SessionStateBuilder::new()).await;
+        for sql in WORKLOAD {
+            counted.reset();
+            let before = lake.stats().prefetch;
+            let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+            assert_eq!(rows(&ctx, sql).await, want, "{}: {sql}", b.name);
+            let p = lake.stats().prefetch;
+            let gets = counted.counts().get;
+            eprintln!("{}: `{sql}`: {gets} GETs, {p:?}", b.name);
+            assert_eq!(gets, files as u64, "{}: one GET per file: {sql}", b.name);
+            assert_eq!(p.requests - before.requests, files as u64, "{}", b.name);
+            assert!(p.bytes_used > before.bytes_used, "{}: {p:?}", b.name);
+        }
+        let p = lake.stats().prefetch;
+        assert!(
+            p.peak_in_flight > 2,
+            "{}: more downloads in flight than DataFusion's one per partition: {p:?}",
+            b.name
+        );
+        assert_eq!(p.failed, 0, "{}: {p:?}", b.name);
+        assert_eq!(p.reserved_bytes, 0, "{}: all released: {p:?}", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_files_prefetch_exactly_the_chunks_datafusion_reads() {
+    for b in backends("prefetch_large") {
+        let spec = LakeSpec::small_files(4).with_row_groups_of(500);
+        b.write(&spec).await;
+        // Every file counts as large, and chunks are split into 64 KiB requests.
+        let lake = LakeCache::builder()
+            .set("lakecache.prefetch.small_file", "1KiB")
+            .set("lakecache.prefetch.split_size", "64KiB")
+            .build()
+            .unwrap();
+        let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
+        let mut fetched = Vec::new();
+        for sql in [
+            "SELECT category, round(sum(value), 3) FROM t GROUP BY category",
+            "SELECT id, value FROM t WHERE id < 700",
+            "SELECT count(*), max(ts) FROM t WHERE id BETWEEN 4800 AND 5300",
+        ] {
+            let before = lake.stats().prefetch;
+            let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+            assert_eq!(rows(&ctx, sql).await, want, "{}: {sql}", b.name);
+            // The readers are gone; let the scan's grace period pass.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let p = lake.stats().prefetch;
+            eprintln!("{}: `{sql}`: {p:?}", b.name);
+            let (bytes, wasted) = (
+                p.bytes_fetched - before.bytes_fetched,
+                p.bytes_wasted - before.bytes_wasted,
+            );
+            assert!(p.bytes_used > before.bytes_used, "{}: {sql}", b.name);
+            // A filter can make DataFusion read only some pages of a chunk (a row
+            // selection from the page index); the rest of the chunk is then unused.
+            assert!(
+                wasted * 20 <= bytes,
+                "{}: at most 5% of what is fetched goes unread: {sql}: {p:?}",
+                b.name
+            );
+            fetched.push((bytes, wasted));
+        }
+        assert_eq!(
+            fetched[0].1, 0,
+            "{}: a full scan reads every byte fetched",
+            b.name
+        );
+        for (i, &(bytes, _)) in fetched.iter().enumerate().skip(1) {
+            assert!(
+                bytes * 5 < fetched[0].0,
+                "{}: row groups pruned by statistics are not fetched: query {i}: {fetched:?}",
+                b.name
+            );
+        }
+        let p = lake.stats().prefetch;
+        assert!(
+            p.requests > 40,
+            "{}: chunks split into requests: {p:?}",
+            b.name
+        );
+        assert_eq!(p.reserved_bytes, 0, "{}: {p:?}", b.name);
+    }
+}
+
+/// Counts requests above and below a delay of 40 ms per request: a request counted above but
+/// never below was aborted during its round trip.
+struct Tapped {
+    above: Arc<CountingStore<Arc<dyn ObjectStore>>>,
+    below: Arc<CountingStore<Arc<dyn ObjectStore>>>,
+}
+
+fn tapped(b: &Backend) -> Tapped {
+    let below = Arc::new(CountingStore::new(Arc::clone(&b.raw)));
+    let slow: Arc<dyn ObjectStore> = Arc::new(LatencyStore::new(
+        Arc::clone(&below) as Arc<dyn ObjectStore>,
+        Duration::from_millis(40),
+    ));
+    Tapped {
+        above: Arc::new(CountingStore::new(slow)),
+        below,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_aborts_its_downloads_and_starts_none() {
+    let b = local_backend();
+    let files = 120;
+    b.write(&LakeSpec::small_files(files)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let tap = tapped(&b);
+    let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
+    tap.above.reset();
+    tap.below.reset();
+
+    let mut stream = ctx
+        .sql("SELECT * FROM t")
+        .await
+        .unwrap()
+        .execute_stream()
+        .await
+        .unwrap();
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (above, below) = (tap.above.counts().get, tap.below.counts().get);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let p = lake.stats().prefetch;
+    eprintln!("requested {above}, delivered {below}: {p:?}");
+    assert_eq!(
+        tap.above.counts().get,
+        above,
+        "no request starts after the drop"
+    );
+    assert_eq!(tap.below.counts().get, below, "none completes after 100 ms");
+    assert!(above < files as u64 / 2, "the scan stopped early: {above}");
+    assert!(p.cancelled > 0, "downloads in flight were aborted: {p:?}");
+    assert!(
+        below < above,
+        "aborted downloads never reached the store: {p:?}"
+    );
+    assert_eq!(p.reserved_bytes, 0, "{p:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_reads_a_few_files() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(120)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let tap = tapped(&b);
+    let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
+    tap.above.reset();
+    let got = rows(&ctx, "SELECT id FROM t LIMIT 10").await;
+    assert_eq!(got.len(), 10 + 4, "10 rows and the table's frame");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gets = tap.above.counts().get;
+    eprintln!("LIMIT 10: {gets} GETs, {:?}", lake.stats().prefetch);
+    assert!(gets <= 4, "a few files' worth: {gets} GETs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
+    let b = local_backend();
+    let spec = LakeSpec::small_files(40);
+    b.write(&spec).await;
+    let file = datafusion_lakecache::testkit::lake::file_bytes(&spec, 0)
+        .unwrap()
+        .len();
+    let sql = WORKLOAD[0];
+    let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+
+    // A pool with room for about three files: prefetch is refused, the query is not.
+    let limit = 3 * file;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(limit, 1.0)
+        .build_arc()
+        .unwrap();
+    let lake = LakeCache::builder().build().unwrap();
+    let builder = SessionStateBuilder::new().with_runtime_env(runtime);
+    let ctx = session(&b, b.raw.clone(), &lake, builder).await;
+    assert_eq!(rows(&ctx, sql).await, want);
+    let p = lake.stats().prefetch;
+    eprintln!("pool of {limit} bytes: {p:?}");
+    assert!(p.memory_denied > 0, "{p:?}");
+    assert!(p.peak_reserved_bytes <= limit as u64, "{p:?}");
+
+    // A budget of two files: never more reserved than the budget.
+    let budget = 2 * file as u64;
+    let lake = LakeCache::builder()
+        .prefetch_buffer_bytes(budget / 4)
+        .prefetch_max_bytes(budget)
+        .build()
+        .unwrap();
+    let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
+    assert_eq!(rows(&ctx, sql).await, want);
+    let p = lake.stats().prefetch;
+    eprintln!("budget of {budget} bytes: {p:?}");
+    assert!(p.requests > 0 && p.peak_reserved_bytes <= budget, "{p:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_prefetch_is_read_again_by_the_reader() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(12)).await;
+    let faults = Arc::new(FaultStore::new(Arc::clone(&b.raw)));
+    let lake = LakeCache::builder().build().unwrap();
+    let ctx = session(&b, faults.clone(), &lake, SessionStateBuilder::new()).await;
+    let sql = WORKLOAD[2];
+    let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+    faults.fail(Op::Get, 3);
+    assert_eq!(rows(&ctx, sql).await, want);
+    let p = lake.stats().prefetch;
+    assert!(p.failed >= 1, "{p:?}");
+    // The failure was not kept: the same query again is served by prefetching alone.
+    assert_eq!(rows(&ctx, sql).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_shows_the_scans_prefetch_figures() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(6)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
+    let plan = rows(&ctx, &format!("EXPLAIN ANALYZE {}", WORKLOAD[0])).await;
+    let text = plan.join("\n");
+    for metric in [
+        "prefetch_requests=6",
+        "prefetch_bytes=",
+        "prefetch_bytes_used=",
+        "prefetch_peak_in_flight=",
+        "prefetch_wait_time=",
+    ] {
+        assert!(text.contains(metric), "{metric} in:\n{text}");
+    }
+}
