@@ -4,11 +4,13 @@
 //! DataFusion 55 keeps one request in flight per partition. A scan's [`Prefetcher`] knows the
 //! scan's files from its final plan ([`ScanPlan`](plan::ScanPlan)) and, from the first file a
 //! reader opens, downloads ahead of the readers:
-//! - a small file (up to `small_file_bytes`) whole, in one request: footer, page index, bloom
-//!   filters and data then come from those bytes;
-//! - a larger file's footer into the [`IndexCache`], then the column chunks the scan will read
-//!   (its projection and DataFusion's row-group pruning applied), row group after row group,
-//!   split into parallel requests of `split_bytes` when larger.
+//! - a file whose footer is cached: the column chunks the scan will read (its projection and
+//!   DataFusion's row-group pruning applied), in file order, nearby chunks merged and long
+//!   ones split into parallel requests of `split_bytes`;
+//! - a small file (up to `small_file_bytes`) whose footer is not cached: the whole file in one
+//!   request, so footer, page index, bloom filters and data come from those bytes;
+//! - a larger file whose footer is not cached: the footer into the [`IndexCache`], then its
+//!   chunks as above.
 //!
 //! How much is in flight follows the [`Controller`](controller::Controller). Every buffered
 //! or in-flight byte is reserved in the session's `MemoryPool`; when the pool says no, nothing
@@ -41,6 +43,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
+use parquet::file::metadata::ParquetMetaData;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use url::Url;
@@ -274,10 +277,10 @@ impl Scan {
         self.figures.scan_started();
     }
 
-    /// Queues the first work of a file not yet queued: the whole file if small, else its
-    /// footer.
+    /// Queues the first work of a file not yet queued: the pieces DataFusion will read if
+    /// its footer is already cached (then no request is needed to know them), else the
+    /// whole file if small (one request instead of footer and data), else its footer.
     fn queue_file(&self, state: &mut State, path: &Path) {
-        let small = self.config.small_file_bytes;
         let Some(entry) = state.files.get_mut(path) else {
             return;
         };
@@ -285,14 +288,23 @@ impl Scan {
             return;
         }
         entry.queued = true;
-        let rank = entry.rank;
-        let work = if entry.meta.size <= small {
-            let size = entry.meta.size;
-            entry.units.insert(0, Unit::queued(0..size, true));
+        let meta = entry.meta.clone();
+        let footer = self
+            .index
+            .cached_metadata(&self.object(&meta))
+            .or_else(|| self.index.datafusion_footer(&meta));
+        if let Some(footer) = footer {
+            let pieces = self.pieces(path, &footer);
+            self.insert_pieces(state, path, pieces);
+            return;
+        }
+        let work = if meta.size <= self.config.small_file_bytes {
+            entry.units.insert(0, Unit::queued(0..meta.size, true));
             Work::Unit(path.clone(), 0)
         } else {
             Work::Footer(path.clone())
         };
+        let rank = entry.rank;
         let seq = state.next_seq;
         state.next_seq += 1;
         state.queue.insert((rank, seq), work);
@@ -444,30 +456,34 @@ impl Scan {
         drop(self.spawn_task(state, runtime, task));
     }
 
-    /// Queues the pieces of a large file DataFusion will read, once its footer is known: by
-    /// the footer prefetch or by the reader, whichever has it first, so the reader's first
-    /// data request already finds them.
-    fn queue_pieces(
-        &self,
-        generation: u64,
-        path: &Path,
-        metadata: &parquet::file::metadata::ParquetMetaData,
-    ) {
+    /// The ranges of `path` the scan will read (all its splits), in file order.
+    fn pieces(&self, path: &Path, metadata: &ParquetMetaData) -> Vec<Range<u64>> {
         let mut pieces = Vec::new();
         for file in self.plan.files.iter().filter(|f| &f.meta.location == path) {
             pieces.extend(self.plan.pieces(file, metadata, self.config.split_bytes));
         }
-        pieces.sort_by_key(|p| p.range.start);
-        pieces.dedup_by_key(|p| p.range.start);
+        pieces.sort_by_key(|p| p.start);
+        pieces
+    }
+
+    /// Queues the pieces of a file DataFusion will read, once its footer is known: by the
+    /// footer prefetch or by the reader, whichever has it first, so the reader's first data
+    /// request already finds them.
+    fn queue_pieces(&self, generation: u64, path: &Path, metadata: &ParquetMetaData) {
+        let pieces = self.pieces(path, metadata);
         let mut state = self.lock();
-        if state.generation != generation || !state.running {
-            return;
+        if state.generation == generation && state.running {
+            self.insert_pieces(&mut state, path, pieces);
         }
+    }
+
+    fn insert_pieces(&self, state: &mut State, path: &Path, pieces: Vec<Range<u64>>) {
         let Some(entry) = state.files.get_mut(path) else {
             return;
         };
+        // A small file fetched whole, or pieces already queued, need nothing more.
         if entry.pieces_queued
-            || entry.meta.size <= self.config.small_file_bytes
+            || !entry.units.is_empty()
             || (entry.opens >= entry.expected_opens && entry.leases == 0)
         {
             return;
@@ -476,13 +492,13 @@ impl Scan {
         let rank = entry.rank;
         let mut works = Vec::new();
         let mut last_end = 0;
-        for piece in pieces {
-            if piece.range.start < last_end || piece.range.end > entry.meta.size {
+        for range in pieces {
+            if range.start < last_end || range.end > entry.meta.size {
                 continue;
             }
-            last_end = piece.range.end;
-            let start = piece.range.start;
-            entry.units.insert(start, Unit::queued(piece.range, false));
+            last_end = range.end;
+            let start = range.start;
+            entry.units.insert(start, Unit::queued(range, false));
             works.push(Work::Unit(path.clone(), start));
         }
         for work in works {
@@ -490,7 +506,6 @@ impl Scan {
             state.next_seq += 1;
             state.queue.insert((rank, seq), work);
         }
-        // The footer task's completion starts this work (`task_done` pumps).
     }
 
     fn launch_unit(
@@ -693,7 +708,7 @@ impl FileLease {
 
     /// Tells the scan the file's footer, so the pieces DataFusion is about to read are known
     /// before it asks for them.
-    pub fn footer_known(&self, metadata: &parquet::file::metadata::ParquetMetaData) {
+    pub fn footer_known(&self, metadata: &ParquetMetaData) {
         self.scan
             .queue_pieces(self.generation, &self.path, metadata);
         let mut state = self.scan.lock();

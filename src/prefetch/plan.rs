@@ -35,12 +35,11 @@ pub(crate) struct ScanFile {
     pub range: Option<FileRange>,
 }
 
-/// A byte range DataFusion is expected to read, and the row group it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Piece {
-    pub row_group: usize,
-    pub range: Range<u64>,
-}
+/// Chunks of one row group this close together are fetched as one request, as object_store
+/// coalesces the ranges DataFusion asks for in one call (its `OBJECT_STORE_COALESCE_DEFAULT`):
+/// a prefetch then costs the requests and bytes the reader's own reads would have, only
+/// earlier. Row groups are never merged, so bytes of a pruned row group are never fetched.
+const GAP: u64 = 1 << 20;
 
 /// What one Parquet scan reads.
 #[derive(Debug)]
@@ -111,12 +110,18 @@ impl ScanPlan {
         }
     }
 
-    /// The ranges of `file` DataFusion is expected to read, row group by row group, each
-    /// piece at most `split` bytes long.
+    /// The ranges of `file` DataFusion is expected to read, in file order, each at most
+    /// `split` bytes long.
     ///
     /// Applies the file's byte range, the projection and DataFusion's own row-group pruning
-    /// by statistics. Chunks of one row group that touch are merged before splitting.
-    pub fn pieces(&self, file: &ScanFile, metadata: &ParquetMetaData, split: u64) -> Vec<Piece> {
+    /// by statistics. Chunks of a row group closer than [`GAP`] are merged, and ranges longer
+    /// than `split` cut into requests that run side by side.
+    pub fn pieces(
+        &self,
+        file: &ScanFile,
+        metadata: &ParquetMetaData,
+        split: u64,
+    ) -> Vec<Range<u64>> {
         let row_groups = metadata.row_groups();
         let mut access =
             RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(row_groups.len()));
@@ -125,8 +130,7 @@ impl ScanPlan {
         }
         if let Some(predicate) = self.pruning_predicate(metadata) {
             let schema = metadata.file_metadata().schema_descr();
-            let arrow = parquet_to_arrow_schema(schema, None);
-            if let Ok(arrow) = arrow {
+            if let Ok(arrow) = parquet_to_arrow_schema(schema, None) {
                 // DataFusion's pruning wants a metrics sink; these figures are not shown.
                 let metrics = ParquetFileMetrics::new(
                     0,
@@ -143,30 +147,37 @@ impl ScanPlan {
                 self.columns.as_ref().is_none_or(|c| c.contains(root))
             })
             .collect();
-        let mut pieces = Vec::new();
+        let mut merged: Vec<Range<u64>> = Vec::new();
         for rg in access.row_group_indexes() {
-            let mut merged: Vec<Range<u64>> = Vec::new();
-            for (leaf, chunk) in row_groups[rg].columns().iter().enumerate() {
-                if !wanted.get(leaf).copied().unwrap_or(true) {
-                    continue;
-                }
-                let (start, len) = chunk.byte_range();
-                let range = start..start.saturating_add(len);
-                match merged.last_mut() {
-                    Some(last) if last.end == range.start => last.end = range.end,
+            let mut chunks: Vec<Range<u64>> = row_groups[rg]
+                .columns()
+                .iter()
+                .enumerate()
+                .filter(|(leaf, _)| wanted.get(*leaf).copied().unwrap_or(true))
+                .map(|(_, chunk)| {
+                    let (start, len) = chunk.byte_range();
+                    start..start.saturating_add(len)
+                })
+                .collect();
+            chunks.sort_by_key(|r| r.start);
+            let first = merged.len();
+            for range in chunks {
+                match merged[first..].last_mut() {
+                    Some(last) if range.start <= last.end.saturating_add(GAP) => {
+                        last.end = last.end.max(range.end)
+                    }
                     _ => merged.push(range),
                 }
             }
-            for range in merged {
-                let mut start = range.start;
-                while start < range.end {
-                    let end = range.end.min(start.saturating_add(split));
-                    pieces.push(Piece {
-                        row_group: rg,
-                        range: start..end,
-                    });
-                    start = end;
-                }
+        }
+        merged.sort_by_key(|r| r.start);
+        let mut pieces = Vec::new();
+        for range in merged {
+            let mut start = range.start;
+            while start < range.end {
+                let end = range.end.min(start.saturating_add(split));
+                pieces.push(start..end);
+                start = end;
             }
         }
         pieces
