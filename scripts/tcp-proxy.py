@@ -7,14 +7,21 @@ takes 20-40 ms on loopback. This proxy ACKs the server at once (TCP_QUICKACK, re
 every read, as Linux clears it) and forwards with TCP_NODELAY, so a request costs what the
 server's work costs.
 
-usage: tcp-proxy.py LISTEN_PORT TARGET_PORT
+With DELAY_MS, every HTTP request the client sends is held that long before it is forwarded,
+as a remote store's round trip would: one delay per request, and connections do not wait for
+each other, so concurrent requests overlap as they would against a real store.
+
+usage: tcp-proxy.py LISTEN_PORT TARGET_PORT [DELAY_MS]
 """
 import socket
 import sys
 import threading
+import time
+
+METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 
 
-def pipe(src, dst, quickack):
+def pipe(src, dst, quickack, delay):
     try:
         while True:
             if quickack:
@@ -22,6 +29,8 @@ def pipe(src, dst, quickack):
             data = src.recv(1 << 16)
             if not data:
                 break
+            if delay and data.startswith(METHODS):
+                time.sleep(delay)
             dst.sendall(data)
     except OSError:
         pass
@@ -33,7 +42,7 @@ def pipe(src, dst, quickack):
                 pass
 
 
-def serve(listen_port, target_port):
+def serve(listen_port, target_port, delay):
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", listen_port))
@@ -43,9 +52,10 @@ def serve(listen_port, target_port):
         upstream = socket.create_connection(("127.0.0.1", target_port))
         for s in (client, upstream):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=pipe, args=(client, upstream, False), daemon=True).start()
-        threading.Thread(target=pipe, args=(upstream, client, True), daemon=True).start()
+        threading.Thread(target=pipe, args=(client, upstream, False, delay), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client, True, 0), daemon=True).start()
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    delay_ms = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    serve(int(sys.argv[1]), int(sys.argv[2]), delay_ms / 1000.0)

@@ -3,8 +3,9 @@
 //! The link is full when the bytes in flight reach its bandwidth-delay product. Neither factor
 //! is known in advance and the store hides both, so the controller measures: it starts with a
 //! few downloads, and after each window of completions compares the aggregate throughput with
-//! the best seen so far. While throughput still rises by a useful margin it doubles the
-//! downloads (up to `max_in_flight`); once it stops rising the count holds. This is the
+//! the best seen so far. Like TCP's slow start, it adds a download per completion (doubling
+//! them every round trip, up to `max_in_flight`) for as long as each window's throughput beats
+//! the best by 10%; once it stops rising the count holds where that window began. This is the
 //! "more workers while aggregate throughput still rises" rule of Polars' concurrency tuner,
 //! at round-trip rather than wall-clock pace, since a window lasts at least one time to first
 //! byte.
@@ -35,15 +36,19 @@ pub(crate) struct Controller {
     window_start: Option<Instant>,
     window_bytes: u64,
     window_done: usize,
+    /// Downloads allowed when the window began: it ends after that many completions.
+    window_size: usize,
     best_throughput: f64,
     growing: bool,
 }
 
 impl Controller {
     pub fn new(config: &PrefetchConfig) -> Self {
+        let downloads = INITIAL_DOWNLOADS.min(config.max_in_flight);
         Self {
             config: config.clone(),
-            downloads: INITIAL_DOWNLOADS.min(config.max_in_flight),
+            downloads,
+            window_size: downloads,
             largest: 0,
             min_ttfb: None,
             window_start: None,
@@ -80,26 +85,31 @@ impl Controller {
         self.min_ttfb = Some(self.min_ttfb.map_or(ttfb, |m| m.min(ttfb)));
         self.window_bytes += bytes;
         self.window_done += 1;
+        if self.growing {
+            // Slow start: one more download per completion doubles them every round trip,
+            // without waiting for a whole window to finish.
+            self.downloads = (self.downloads + 1).min(self.config.max_in_flight);
+        }
         let Some(start) = self.window_start else {
             return;
         };
         let elapsed = now.saturating_duration_since(start);
         let long_enough = self.min_ttfb.is_none_or(|t| elapsed >= t);
-        if self.window_done < self.downloads || !long_enough || elapsed.is_zero() {
+        if self.window_done < self.window_size || !long_enough || elapsed.is_zero() {
             return;
         }
         let throughput = self.window_bytes as f64 / elapsed.as_secs_f64();
-        if self.growing {
-            if throughput > self.best_throughput * RISE {
-                self.downloads = (self.downloads * 2).min(self.config.max_in_flight);
-            } else {
-                self.growing = false;
-            }
+        if self.growing && throughput <= self.best_throughput * RISE {
+            // The link is full: more downloads only queue. Hold at the count this window
+            // started with.
+            self.growing = false;
+            self.downloads = self.window_size;
         }
         self.best_throughput = self.best_throughput.max(throughput);
         self.window_start = Some(now);
         self.window_bytes = 0;
         self.window_done = 0;
+        self.window_size = self.downloads;
     }
 }
 

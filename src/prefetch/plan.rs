@@ -23,7 +23,7 @@ use datafusion::physical_expr_adapter::{
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use object_store::ObjectMeta;
+use object_store::{OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta};
 use parquet::arrow::parquet_to_arrow_schema;
 use parquet::file::metadata::ParquetMetaData;
 
@@ -36,10 +36,10 @@ pub(crate) struct ScanFile {
 }
 
 /// Chunks of one row group this close together are fetched as one request, as object_store
-/// coalesces the ranges DataFusion asks for in one call (its `OBJECT_STORE_COALESCE_DEFAULT`):
-/// a prefetch then costs the requests and bytes the reader's own reads would have, only
-/// earlier. Row groups are never merged, so bytes of a pruned row group are never fetched.
-const GAP: u64 = 1 << 20;
+/// coalesces the ranges DataFusion asks for in one call: a prefetch then costs the requests
+/// and bytes the reader's own reads would have, only earlier. Row groups are never merged,
+/// so bytes of a pruned row group are never fetched.
+const GAP: u64 = OBJECT_STORE_COALESCE_DEFAULT;
 
 /// What one Parquet scan reads.
 #[derive(Debug)]

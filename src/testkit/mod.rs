@@ -1,6 +1,6 @@
 //! Tools to test and measure lake scans without a cloud account: object stores that count,
 //! delay or fail requests the way a remote store would see them, and a seeded generator of
-//! Parquet lakes. Used by this crate's tests, benchmarks and `lakecache demo`, and public so
+//! Parquet lakes, and the S3 server `scripts/with-s3` runs. Used by this crate's tests, benchmarks and `lakecache demo`, and public so
 //! that embedders can test their own set-up the same way.
 //!
 //! The counting and latency stores serve `get_ranges` with object_store's own range
@@ -12,11 +12,13 @@ mod fault;
 pub mod lake;
 mod latency;
 pub mod requests;
+mod s3;
 mod session;
 
 pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
 pub use latency::LatencyStore;
+pub use s3::{S3Server, s3_server};
 pub use session::{LakeLocation, query};
 
 use std::ops::Range;

@@ -12,10 +12,9 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
 use datafusion::prelude::SessionConfig;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{CountingStore, LakeLocation, query};
+use datafusion_lakecache::testkit::{CountingStore, LakeLocation, query, s3_server};
 use datafusion_lakecache::{CachingObjectStore, LakeCache};
 use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use url::Url;
@@ -71,22 +70,7 @@ pub fn local_backend() -> Backend {
 }
 
 pub fn s3_backend(test: &str) -> Option<Backend> {
-    let endpoint = std::env::var("LAKECACHE_S3_ENDPOINT").ok()?;
-    let bucket = std::env::var("LAKECACHE_S3_BUCKET").unwrap_or_else(|_| "lakecache-test".into());
-    let store = AmazonS3Builder::new()
-        .with_endpoint(endpoint)
-        .with_bucket_name(&bucket)
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .with_region("us-east-1")
-        .with_access_key_id(
-            std::env::var("LAKECACHE_S3_ACCESS_KEY").unwrap_or_else(|_| "lakecache".into()),
-        )
-        .with_secret_access_key(
-            std::env::var("LAKECACHE_S3_SECRET_KEY").unwrap_or_else(|_| "lakecache".into()),
-        )
-        .build()
-        .expect("S3 store from LAKECACHE_S3_ENDPOINT");
+    let server = s3_server()?;
     let unique = format!(
         "{test}-{}-{}",
         std::process::id(),
@@ -94,8 +78,8 @@ pub fn s3_backend(test: &str) -> Option<Backend> {
     );
     Some(Backend {
         name: "s3",
-        store_url: Url::parse(&format!("s3://{bucket}")).unwrap(),
-        raw: Arc::new(store),
+        store_url: server.url,
+        raw: Arc::new(server.store),
         prefix: Path::from(unique),
         local: None,
         _dir: None,
