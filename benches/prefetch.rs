@@ -12,7 +12,8 @@
 //!   against its budget.
 //! - Plot: the W1 group-by (warm) at 5 to 100 ms, written as `docs/prefetch-latency.svg`.
 //!
-//! `cargo bench --bench prefetch` (options: `-- --files N --gbit N --skip-w2 1 --skip-plot 1`).
+//! `cargo bench --bench prefetch` (options: `-- --files N --gbit N --skip-w2 1 --skip-plot 1
+//! --only-plot 1`).
 //! `LAKECACHE_S3_LATENCY_MS=25 bash scripts/with-s3 cargo bench --bench prefetch -- --s3 1`
 //! runs W1 on the S3 server instead, behind a proxy holding each request 25 ms.
 //! Each query alternates between the two sides so drift on a shared machine hits both alike.
@@ -286,6 +287,9 @@ async fn main() -> Result<()> {
         let (_, t) = run(&local, sql).await?;
         println!("W1 {name:<20} local disk (vanilla, warm) {:>7.1} ms", ms(t));
     }
+    if arg("--only-plot", 0) == 1 {
+        return plot_latencies(&w1, bandwidth).await;
+    }
     for latency in [25, 100] {
         let latency = Duration::from_millis(latency);
         for (name, sql) in w1_queries {
@@ -296,26 +300,8 @@ async fn main() -> Result<()> {
             );
         }
     }
-
     if arg("--skip-plot", 0) == 0 {
-        let sql = w1_queries[2].1;
-        let mut points = Vec::new();
-        for latency in [5, 10, 25, 50, 100] {
-            let served = simulated(&w1, Duration::from_millis(latency), bandwidth);
-            let f = compare(&served, &w1.sizes, sql).await?;
-            println!(
-                "plot {latency:>3} ms: vanilla {:>8.1} ms, lakecache {:>7.1} ms, bound {:>6.1} ms",
-                ms(f.vanilla_warm),
-                ms(f.lake_warm),
-                ms(f.bound)
-            );
-            points.push((latency, f));
-        }
-        let svg = plot(&points);
-        let out =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prefetch-latency.svg");
-        std::fs::write(&out, svg)?;
-        println!("plot written to {}", out.display());
+        plot_latencies(&w1, bandwidth).await?;
     }
     drop(w1);
 
@@ -430,16 +416,39 @@ async fn on_s3_server(files: usize) -> Result<()> {
     Ok(())
 }
 
+/// The W1 group-by, warm, at 5 to 100 ms: printed and written as docs/prefetch-latency.svg.
+async fn plot_latencies(w1: &Lake, bandwidth: u64) -> Result<()> {
+    let sql = W1_QUERIES[2].1;
+    let mut points = Vec::new();
+    for latency in [5, 10, 25, 50, 100] {
+        let served = simulated(w1, Duration::from_millis(latency), bandwidth);
+        let f = compare(&served, &w1.sizes, sql).await?;
+        println!(
+            "plot {latency:>3} ms: vanilla {:>8.1} ms, lakecache {:>7.1} ms, bound {:>6.1} ms",
+            ms(f.vanilla_warm),
+            ms(f.lake_warm),
+            ms(f.bound)
+        );
+        points.push((latency, f));
+    }
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prefetch-latency.svg");
+    std::fs::write(&out, plot(&points))?;
+    println!("plot written to {}", out.display());
+    Ok(())
+}
+
 /// An SVG line plot of warm time against latency: vanilla, lakecache and the bound.
 fn plot(points: &[(u64, Figures)]) -> String {
     let (w, h, pad) = (640.0, 400.0, 60.0);
     let max_x = points.iter().map(|p| p.0).max().unwrap_or(1) as f64;
-    let max_y = points
+    // Log scale: vanilla and lakecache differ by more than ten times.
+    let values = points
         .iter()
-        .map(|p| ms(p.1.vanilla_warm))
-        .fold(1.0, f64::max);
+        .flat_map(|p| [ms(p.1.vanilla_warm), ms(p.1.lake_warm), ms(p.1.bound)]);
+    let (lo, hi) = values.fold((f64::MAX, 1.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = (lo.max(1.0).log10().floor(), hi.log10().ceil());
     let x = |v: f64| pad + v / max_x * (w - 2.0 * pad);
-    let y = |v: f64| h - pad - v / max_y * (h - 2.0 * pad);
+    let y = |v: f64| h - pad - (v.max(1.0).log10() - lo) / (hi - lo).max(1.0) * (h - 2.0 * pad);
     let line = |f: &dyn Fn(&Figures) -> Duration, color: &str, label: &str, row: f64| {
         let pts: Vec<String> = points
             .iter()
@@ -461,8 +470,8 @@ fn plot(points: &[(u64, Figures)]) -> String {
             h - pad + 18.0
         );
     }
-    for i in 0..=4 {
-        let v = max_y * i as f64 / 4.0;
+    for decade in lo as i32..=hi as i32 {
+        let v = 10f64.powi(decade);
         ticks += &format!(
             "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>",
             pad - 6.0,
@@ -477,7 +486,7 @@ fn plot(points: &[(u64, Figures)]) -> String {
          <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"black\"/>\
          <text x=\"{cx}\" y=\"{lx}\" text-anchor=\"middle\">latency per request (ms)</text>\
          <text x=\"14\" y=\"{cy}\" transform=\"rotate(-90 14 {cy})\" text-anchor=\"middle\">\
-         W1 two-column group-by, warm (ms)</text>{ticks}{}{}{}</svg>\n",
+         W1 two-column group-by, warm (ms, log scale)</text>{ticks}{}{}{}</svg>\n",
         line(
             &|f| f.vanilla_warm,
             "#c0392b",

@@ -169,6 +169,14 @@ async fn demo(args: DemoArgs) -> Result<()> {
         s.index.cache.entries,
         s.index.bytes >> 10
     );
+    println!(
+        "prefetch: {} requests, {} KiB fetched, {} KiB unused, at most {} in flight and {} KiB held",
+        s.prefetch.requests,
+        s.prefetch.bytes_fetched >> 10,
+        s.prefetch.bytes_wasted >> 10,
+        s.prefetch.peak_in_flight,
+        s.prefetch.peak_reserved_bytes >> 10
+    );
     Ok(())
 }
 
