@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Backend, WORKLOAD, backends, local_backend, scan};
+use common::{Backend, WORKLOAD, backends, installed, local_backend, scan};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 use datafusion_lakecache::testkit::{CountingStore, FaultStore, LatencyStore, Op};
@@ -29,13 +29,7 @@ async fn session(
     lake: &LakeCache,
     builder: SessionStateBuilder,
 ) -> SessionContext {
-    let builder = builder.with_default_features().with_config(config());
-    let ctx = SessionContext::new_with_state(lake.install(builder).unwrap().build());
-    ctx.register_object_store(&b.store_url, store);
-    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
-        .await
-        .unwrap();
-    ctx
+    installed(b, store, lake, builder, config()).await
 }
 
 async fn rows(ctx: &SessionContext, sql: &str) -> Vec<String> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use common::{Backend, backends, local_backend};
+use common::{Backend, backends, installed, local_backend};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::file_format::options::ReadOptions;
@@ -110,24 +110,6 @@ async fn lake_ctx(
     ctx
 }
 
-/// A session installed from `lake` (so its scans prefetch) where `t` is the lake.
-async fn installed_ctx(
-    b: &Backend,
-    store: Arc<dyn ObjectStore>,
-    lake: &LakeCache,
-    pushdown: bool,
-) -> SessionContext {
-    let builder = SessionStateBuilder::new()
-        .with_default_features()
-        .with_config(config(pushdown));
-    let ctx = SessionContext::new_with_state(lake.install(builder).unwrap().build());
-    ctx.register_object_store(&b.store_url, store);
-    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
-        .await
-        .unwrap();
-    ctx
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_corpus_returns_vanillas_rows() {
     let b = local_backend();
@@ -144,8 +126,9 @@ async fn the_corpus_returns_vanillas_rows() {
     for pushdown in [false, true] {
         let plain = vanilla(&b, b.raw.clone(), pushdown).await;
         let cached = lake_ctx(&b, b.raw.clone(), &lake, pushdown).await;
-        let whole = installed_ctx(&b, b.raw.clone(), &whole, pushdown).await;
-        let chunks = installed_ctx(&b, b.raw.clone(), &chunks, pushdown).await;
+        let new = SessionStateBuilder::new;
+        let whole = installed(&b, b.raw.clone(), &whole, new(), config(pushdown)).await;
+        let chunks = installed(&b, b.raw.clone(), &chunks, new(), config(pushdown)).await;
         for sql in CORPUS {
             let want = rows(&plain, sql).await.unwrap();
             for run in 0..2 {

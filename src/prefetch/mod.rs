@@ -318,12 +318,7 @@ impl Scan {
             return;
         };
         let old = std::mem::replace(&mut entry.rank, front);
-        let moved: Vec<(i64, u64)> = state
-            .queue
-            .range((old, 0)..(old + 1, 0))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in moved {
+        for key in state.queued(old) {
             if let Some(work) = state.queue.remove(&key) {
                 state.queue.insert((front, key.1), work);
             }
@@ -577,12 +572,7 @@ impl Scan {
         };
         let units = std::mem::take(&mut entry.units);
         let rank = entry.rank;
-        let queued: Vec<(i64, u64)> = state
-            .queue
-            .range((rank, 0)..(rank + 1, 0))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in queued {
+        for key in state.queued(rank) {
             state.queue.remove(&key);
         }
         for unit in units.into_values() {
@@ -626,6 +616,16 @@ impl Scan {
         // A later run of the same plan starts afresh; old tasks that still finish see a
         // different generation.
         state.generation += 1;
+    }
+}
+
+impl State {
+    /// Queue keys of the work of the file ranked `rank`, in order.
+    fn queued(&self, rank: i64) -> Vec<(i64, u64)> {
+        self.queue
+            .range((rank, 0)..(rank + 1, 0))
+            .map(|(k, _)| *k)
+            .collect()
     }
 }
 
@@ -754,11 +754,9 @@ impl FileLease {
                     // else the reader reads it itself.
                     let bytes = unit.range.end - unit.range.start;
                     let rank = state.files.get(&self.path)?.rank;
-                    let key = state
-                        .queue
-                        .range((rank, 0)..(rank + 1, 0))
-                        .find(|(_, w)| matches!(w, Work::Unit(p, s) if *p == self.path && *s == start))
-                        .map(|(k, _)| *k);
+                    let key = state.queued(rank).into_iter().find(|k| {
+                        matches!(&state.queue[k], Work::Unit(p, s) if *p == self.path && *s == start)
+                    });
                     if let Some(key) = key {
                         state.queue.remove(&key);
                     }

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
-use datafusion::prelude::SessionConfig;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{CountingStore, LakeLocation, query, s3_server};
 use datafusion_lakecache::{CachingObjectStore, LakeCache};
@@ -147,6 +148,24 @@ pub async fn scan_with(
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     lines.sort();
     Ok(lines)
+}
+
+/// A new session installed from `lake` (so its scans prefetch), built from `builder` with
+/// `config`, where `t` is the backend's lake read through `store`.
+pub async fn installed(
+    b: &Backend,
+    store: Arc<dyn ObjectStore>,
+    lake: &LakeCache,
+    builder: SessionStateBuilder,
+    config: SessionConfig,
+) -> SessionContext {
+    let builder = builder.with_default_features().with_config(config);
+    let ctx = SessionContext::new_with_state(lake.install(builder).unwrap().build());
+    ctx.register_object_store(&b.store_url, store);
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    ctx
 }
 
 /// The queries of the handle-cache workload: full scan, filtered scan, column pruning.
