@@ -1,6 +1,7 @@
 //! Making a DataFusion session use the lake caches: [`LakeCache::install`].
 
 mod catalog;
+mod options;
 mod registry;
 mod stats_function;
 
@@ -11,6 +12,7 @@ use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 
+pub use options::LakeOptions;
 pub use registry::LakeObjectStoreRegistry;
 pub use stats_function::LakeStatsFunction;
 
@@ -25,6 +27,7 @@ impl LakeCache {
     ///   DataFusion's listings last no longer than the listing TTL;
     /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
     ///   [`LakeTable`](crate::LakeTable)s;
+    /// - the `lakecache.*` settings are registered ([`LakeOptions`]): `SET` and `SHOW ALL`;
     /// - every Parquet scan of the final plan prefetches ahead of its readers
     ///   ([`LakeScanRule`](crate::LakeScanRule), [`Prefetcher`](crate::Prefetcher));
     /// - `SELECT * FROM lakecache_stats()` lists every cache's figures.
@@ -70,7 +73,10 @@ impl LakeCache {
             .insert(stats.name().to_string(), stats);
         let scans = Arc::new(crate::LakeScanRule::new(self, Arc::clone(&runtime)));
         let config = builder.config().take().unwrap_or_default();
-        builder = builder.with_config(config.with_extension(Arc::new(crate::table::Installed)));
+        let config = config
+            .with_extension(Arc::new(crate::table::Installed))
+            .with_option_extension(LakeOptions::new(self));
+        builder = builder.with_config(config);
         Ok(builder
             .with_physical_optimizer_rule(scans)
             .with_runtime_env(runtime)

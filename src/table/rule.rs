@@ -19,6 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::{LakeReaderFactory, map_parquet_scans};
 use crate::LakeCache;
 use crate::prefetch::Prefetcher;
+use crate::sql::LakeOptions;
 
 /// The physical optimizer rule [`LakeCache::install`] adds; see the module docs.
 #[derive(Debug)]
@@ -69,7 +70,10 @@ impl PhysicalOptimizerRule for LakeScanRule {
                 store_url.as_ref(),
                 self.lake.index(),
                 Arc::clone(&self.runtime.memory_pool),
-                self.lake.prefetch_config(),
+                options
+                    .extensions
+                    .get::<LakeOptions>()
+                    .map_or(self.lake.prefetch_config(), |o| &o.prefetch),
                 self.lake.prefetch_counters(),
             );
             Ok(Some(Arc::new(factory.with_prefetcher(prefetcher))))

@@ -1,0 +1,221 @@
+//! The `lakecache.*` settings in SQL: `SET` applies or refuses with the key and the accepted
+//! range, `SHOW ALL` lists every key with its description, exported options keep the prefix,
+//! and a session's prefetching follows its settings.
+
+mod common;
+
+use common::{WORKLOAD, installed, local_backend};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::lake::LakeSpec;
+
+fn session(lake: &LakeCache) -> SessionContext {
+    let builder = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(SessionConfig::new().with_information_schema(true));
+    SessionContext::new_with_state(lake.install(builder).unwrap().build())
+}
+
+async fn set(ctx: &SessionContext, key: &str, value: &str) -> Result<(), String> {
+    let sql = format!("SET {key} = '{value}'");
+    match ctx.sql(&sql).await {
+        Ok(df) => df.collect().await.map(|_| ()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test]
+async fn a_bad_set_is_refused_with_the_key_and_the_accepted_range() {
+    let lake = LakeCache::builder().build().unwrap();
+    let ctx = session(&lake);
+    for (key, value, expected) in [
+        (
+            "lakecache.prefetch.max_in_flight",
+            "0",
+            "an integer from 1 to 1024",
+        ),
+        (
+            "lakecache.prefetch.max_in_flight",
+            "many",
+            "an integer from 1 to 1024",
+        ),
+        (
+            "lakecache.prefetch.buffer",
+            "lots",
+            "a size from 1 byte to 1PiB",
+        ),
+        (
+            "lakecache.prefetch.buffer",
+            "0",
+            "a size from 1 byte to 1PiB",
+        ),
+        (
+            "lakecache.prefetch.max_bytes",
+            "1KiB",
+            "no smaller than lakecache.prefetch.buffer",
+        ),
+        (
+            "lakecache.prefetch.small_file",
+            "-1",
+            "a size from 1 byte to 1PiB",
+        ),
+        (
+            "lakecache.prefetch.split_size",
+            "1KiB",
+            "a size from 64KiB to 1PiB",
+        ),
+        ("lakecache.prefetch.enabled", "maybe", "true or false"),
+        ("lakecache.handle.capacity", "0", "an integer from 1"),
+        (
+            "lakecache.handle.ttl",
+            "forever",
+            "a duration from 0 to 3650d",
+        ),
+        (
+            "lakecache.index.capacity",
+            "1EiB",
+            "a size from 1 byte to 1PiB",
+        ),
+        (
+            "lakecache.index.max_entry_percent",
+            "101",
+            "an integer from 1 to 100",
+        ),
+        ("lakecache.prefetch.nope", "1", "unknown setting"),
+        ("lakecache.nope", "1", "the lakecache settings are"),
+    ] {
+        let err = set(&ctx, key, value).await.expect_err(key);
+        assert!(err.contains(key), "{key} = {value}: names the key: {err}");
+        assert!(
+            err.contains(expected),
+            "{key} = {value}: says '{expected}': {err}"
+        );
+    }
+    // A valid value for a setting shared by every session is refused, with the way to set it.
+    let err = set(&ctx, "lakecache.index.capacity", "1GiB")
+        .await
+        .unwrap_err();
+    assert!(err.contains("LakeCache::builder"), "{err}");
+    // The value it already has is accepted.
+    set(&ctx, "lakecache.index.capacity", "256MiB")
+        .await
+        .unwrap();
+    // Nothing was changed by the refusals.
+    let options = ctx.state().config().options().entries();
+    let value = |key: &str| {
+        options
+            .iter()
+            .find(|e| e.key == key)
+            .and_then(|e| e.value.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(value("lakecache.prefetch.max_in_flight"), "64");
+    assert_eq!(value("lakecache.prefetch.buffer"), "32MiB");
+}
+
+#[tokio::test]
+async fn show_all_lists_every_key_with_its_description_and_exports_keep_the_prefix() {
+    let lake = LakeCache::builder()
+        .list_ttl(std::time::Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let ctx = session(&lake);
+    set(&ctx, "lakecache.prefetch.max_in_flight", "16")
+        .await
+        .unwrap();
+    let batches = ctx
+        .sql(
+            "SELECT name, value, description FROM information_schema.df_settings \
+             WHERE name LIKE 'lakecache.%' ORDER BY name",
+        )
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    for line in [
+        "lakecache.handle.list_ttl",
+        "30s",
+        "lakecache.prefetch.max_in_flight",
+        "| 16 ",
+        "lakecache.index.capacity",
+        "256MiB",
+        "Most downloads one scan keeps in flight",
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 13, "every key:\n{text}");
+    // SHOW ALL runs and includes them too.
+    let all = ctx.sql("SHOW ALL").await.unwrap().collect().await.unwrap();
+    let all = datafusion::arrow::util::pretty::pretty_format_batches(&all)
+        .unwrap()
+        .to_string();
+    assert!(all.contains("lakecache.prefetch.split_size"), "{all}");
+    // Options exported from the session (as Ballista ships them) keep the prefix and read back.
+    let exported = ctx.state().config().options().entries();
+    let entry = exported
+        .iter()
+        .find(|e| e.key == "lakecache.prefetch.max_in_flight")
+        .expect("exported with its prefix");
+    assert_eq!(entry.value.as_deref(), Some("16"));
+    let other = session(&lake);
+    set(&other, &entry.key, entry.value.as_deref().unwrap())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_scans_follow_its_prefetch_settings() {
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(24)).await;
+    let lake = LakeCache::builder().build().unwrap();
+    let config = || SessionConfig::new().with_target_partitions(2);
+    let sql = WORKLOAD[2];
+
+    let off = installed(
+        &b,
+        b.raw.clone(),
+        &lake,
+        SessionStateBuilder::new(),
+        config(),
+    )
+    .await;
+    set(&off, "lakecache.prefetch.enabled", "false")
+        .await
+        .unwrap();
+    off.sql(sql).await.unwrap().collect().await.unwrap();
+    assert_eq!(lake.stats().prefetch.requests, 0, "off: no prefetch");
+
+    let narrow = installed(
+        &b,
+        b.raw.clone(),
+        &lake,
+        SessionStateBuilder::new(),
+        config(),
+    )
+    .await;
+    set(&narrow, "lakecache.prefetch.max_in_flight", "2")
+        .await
+        .unwrap();
+    narrow.sql(sql).await.unwrap().collect().await.unwrap();
+    let p = lake.stats().prefetch;
+    assert!(p.requests > 0, "{p:?}");
+    assert!(p.peak_in_flight <= 2, "at most 2 in flight: {p:?}");
+
+    // Another session of the same LakeCache keeps the defaults.
+    let wide = installed(
+        &b,
+        b.raw.clone(),
+        &lake,
+        SessionStateBuilder::new(),
+        config(),
+    )
+    .await;
+    wide.sql(sql).await.unwrap().collect().await.unwrap();
+    assert!(lake.stats().prefetch.peak_in_flight > 2);
+}
