@@ -138,6 +138,8 @@ struct State {
     queue: BTreeMap<(i64, u64), Work>,
     next_seq: u64,
     next_front: i64,
+    /// Position in the plan's file order of the next file to queue work for.
+    cursor: usize,
     files: HashMap<Path, FileEntry>,
     in_flight: usize,
     tasks: HashMap<u64, AbortHandle>,
@@ -186,6 +188,7 @@ impl Prefetcher {
                     queue: BTreeMap::new(),
                     next_seq: 0,
                     next_front: 0,
+                    cursor: 0,
                     files: HashMap::new(),
                     in_flight: 0,
                     tasks: HashMap::new(),
@@ -261,20 +264,25 @@ impl Scan {
                 });
             entry.expected_opens += 1;
         }
-        // With a limit pushed into the scan, only files a reader opens are fetched: the
-        // limit is usually reached long before the last file.
-        if self.plan.limit.is_none() {
-            let paths: Vec<Path> = self
-                .plan
-                .files
-                .iter()
-                .map(|f| f.meta.location.clone())
-                .collect();
-            for path in paths {
-                self.queue_file(state, &path);
-            }
-        }
+        state.cursor = 0;
         self.figures.scan_started();
+    }
+
+    /// Queues the work of the next files in the scan's order until there is enough to keep
+    /// every allowed download busy twice over. Working out a file's pieces costs CPU (its
+    /// row groups are pruned), so a scan of a hundred thousand files plans only what it
+    /// will fetch soon. With a limit pushed into the scan, only files a reader opens are
+    /// fetched: the limit is usually reached long before the last file.
+    fn fill_queue(&self, state: &mut State) {
+        if self.plan.limit.is_some() {
+            return;
+        }
+        let want = 2 * state.controller.downloads();
+        while state.queue.len() < want && state.cursor < self.plan.files.len() {
+            let path = self.plan.files[state.cursor].meta.location.clone();
+            state.cursor += 1;
+            self.queue_file(state, &path);
+        }
     }
 
     /// Queues the first work of a file not yet queued: the pieces DataFusion will read if
@@ -330,6 +338,7 @@ impl Scan {
     /// memory pool allow their bytes.
     fn pump(self: &Arc<Self>, state: &mut State, runtime: &Handle) {
         while state.running && state.in_flight < state.controller.downloads() {
+            self.fill_queue(state);
             let Some((&key, work)) = state.queue.first_key_value() else {
                 return;
             };

@@ -119,6 +119,9 @@ impl LakeTable {
             let Some(inner) = source.parquet_file_reader_factory() else {
                 return Ok(None);
             };
+            if rule::encrypted(source) {
+                return Ok(None);
+            }
             let store_url = &config.object_store_url;
             let store = state.runtime_env().object_store(store_url)?;
             let factory =

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
+use datafusion::datasource::physical_plan::ParquetSource;
 use datafusion::error::Result;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -50,6 +51,9 @@ impl PhysicalOptimizerRule for LakeScanRule {
                 return Ok(None);
             };
             let store_url = &config.object_store_url;
+            if encrypted(source) {
+                return Ok(None);
+            }
             // Reader factories are not `Any`; DataFusion's own are recognised by type name.
             let name = type_name(current.as_ref());
             if name != "CachedParquetFileReaderFactory" && name != "DefaultParquetFileReaderFactory"
@@ -87,6 +91,14 @@ impl PhysicalOptimizerRule for LakeScanRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// Whether the scan reads encrypted Parquet: its readers need the decryption properties
+/// DataFusion passes to its own reader, which the index cache's footer loads do not use, so
+/// such scans are left as DataFusion plans them.
+pub(crate) fn encrypted(source: &ParquetSource) -> bool {
+    let crypto = &source.table_parquet_options().crypto;
+    crypto.file_decryption.is_some() || crypto.factory_id.is_some()
 }
 
 /// The name a value's `Debug` output starts with (its type, for derived `Debug`), read without
