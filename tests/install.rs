@@ -103,10 +103,10 @@ async fn other_formats_stay_listing_tables() {
     assert_eq!(batches[0].num_rows(), 1);
 }
 
-/// One figure from `lakecache_stats()`.
+/// One figure from `lakecache_metrics()`.
 async fn figure(ctx: &SessionContext, cache: &str, metric: &str) -> u64 {
     let sql = format!(
-        "SELECT value FROM lakecache_stats() WHERE cache = '{cache}' AND metric = '{metric}'"
+        "SELECT value FROM lakecache_metrics() WHERE cache = '{cache}' AND metric = '{metric}'"
     );
     let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
     let column = batches[0]
@@ -160,4 +160,100 @@ async fn lakecache_stats_reports_the_figures_as_they_change() {
             .contains("lakecache_stats() takes no arguments"),
         "{err}"
     );
+}
+
+/// `lakecache_stats()` as (cache -> [entries, bytes, capacity, hits, misses, evictions,
+/// expirations, invalidations]), NULL as `None`.
+async fn per_cache(ctx: &SessionContext) -> std::collections::HashMap<String, Vec<Option<u64>>> {
+    use datafusion::arrow::array::{Array, StringArray};
+    let batches = ctx
+        .sql("SELECT * FROM lakecache_stats()")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let mut rows = std::collections::HashMap::new();
+    for batch in batches {
+        let names = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        for row in 0..batch.num_rows() {
+            let values = (1..batch.num_columns())
+                .map(|c| {
+                    let column = batch
+                        .column(c)
+                        .as_any()
+                        .downcast_ref::<UInt64Array>()
+                        .unwrap();
+                    (!column.is_null(row)).then(|| column.value(row))
+                })
+                .collect();
+            rows.insert(names.value(row).to_string(), values);
+        }
+    }
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
+    const ENTRIES: usize = 0;
+    const BYTES: usize = 1;
+    const CAPACITY: usize = 2;
+    const HITS: usize = 3;
+    const MISSES: usize = 4;
+    let b = common::local_backend();
+    b.write(&LakeSpec::small_files(3).with_row_groups_of(1_000))
+        .await;
+    let lake = LakeCache::builder()
+        .index_capacity_bytes(64 << 20)
+        .build()
+        .unwrap();
+    let ctx = session(&lake);
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let lookup = "SELECT id FROM t WHERE name = 'name-012345'";
+    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    let first = per_cache(&ctx).await;
+    for cache in [
+        "handle.metadata",
+        "handle.listings",
+        "handle.files",
+        "index",
+        "prefetch",
+    ] {
+        assert!(first.contains_key(cache), "{cache}: {first:?}");
+    }
+    let index = &first["index"];
+    assert_eq!(index[CAPACITY], Some(64 << 20));
+    assert!(
+        index[ENTRIES] > Some(0) && index[BYTES] > Some(0),
+        "{index:?}"
+    );
+    assert!(first["prefetch"][HITS].is_none(), "no hits for prefetching");
+
+    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    let second = per_cache(&ctx).await;
+    assert!(second["index"][HITS] > index[HITS], "the second query hits");
+    assert_eq!(second["index"][MISSES], index[MISSES], "and misses nothing");
+
+    let cleared = ctx
+        .sql("SELECT * FROM lakecache_clear() WHERE cache = 'index'")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let dropped = cleared[0]
+        .column(1)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .unwrap()
+        .value(0);
+    assert_eq!(Some(dropped), second["index"][ENTRIES]);
+    assert_eq!(lake.stats().index.cache.entries, 0, "emptied");
+    assert_eq!(per_cache(&ctx).await["index"][ENTRIES], Some(0));
 }

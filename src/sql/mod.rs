@@ -14,7 +14,7 @@ use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 
 pub use options::LakeOptions;
 pub use registry::LakeObjectStoreRegistry;
-pub use stats_function::LakeStatsFunction;
+pub use stats_function::{LakeStatsFunction, StatsTable};
 
 use crate::{LakeCache, LakeTableFactory};
 use catalog::LakeCatalogList;
@@ -30,7 +30,9 @@ impl LakeCache {
     /// - the `lakecache.*` settings are registered ([`LakeOptions`]): `SET` and `SHOW ALL`;
     /// - every Parquet scan of the final plan prefetches ahead of its readers
     ///   ([`LakeScanRule`](crate::LakeScanRule), [`Prefetcher`](crate::Prefetcher));
-    /// - `SELECT * FROM lakecache_stats()` lists every cache's figures.
+    /// - `SELECT * FROM lakecache_stats()` lists every cache's figures (a row per cache),
+    ///   `lakecache_metrics()` every figure (a row per metric), and `lakecache_clear()`
+    ///   empties the caches.
     ///
     /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
     /// `with_default_features`, which would replace the table factory. A runtime already set
@@ -63,14 +65,18 @@ impl LakeCache {
             Some(list) => list,
             None => Arc::new(MemoryCatalogProviderList::new()),
         };
-        let stats = Arc::new(TableFunction::new(
-            "lakecache_stats".into(),
-            Arc::new(LakeStatsFunction::new(self)),
-        ));
-        builder
+        let functions = builder
             .table_functions()
-            .get_or_insert_with(Default::default)
-            .insert(stats.name().to_string(), stats);
+            .get_or_insert_with(Default::default);
+        for table in [
+            StatsTable::PerCache,
+            StatsTable::PerMetric,
+            StatsTable::Clear,
+        ] {
+            let function = LakeStatsFunction::of(self, table);
+            let function = Arc::new(TableFunction::new(table.name().into(), Arc::new(function)));
+            functions.insert(table.name().to_string(), function);
+        }
         let scans = Arc::new(crate::LakeScanRule::new(self, Arc::clone(&runtime)));
         let config = builder.config().take().unwrap_or_default();
         let config = config

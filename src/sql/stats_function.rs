@@ -1,53 +1,207 @@
-//! `lakecache_stats()`: every cache's figures as a table, one row per (cache, metric).
+//! The table functions `install()` registers:
+//! - `lakecache_stats()`: one row per cache, with the figures every cache shares;
+//! - `lakecache_metrics()`: every figure, one row per (cache, metric), for scripts;
+//! - `lakecache_clear()`: empties every cache and says how many entries each held.
 //!
 //! ```sql
-//! SELECT * FROM lakecache_stats() WHERE cache = 'index';
+//! SELECT cache, entries, hits, misses FROM lakecache_stats();
+//! SELECT value FROM lakecache_metrics() WHERE cache = 'prefetch' AND metric = 'bytes_wasted';
+//! SELECT * FROM lakecache_clear();
 //! ```
+//!
+//! `lakecache_clear()` acts when the query is planned, so `EXPLAIN SELECT * FROM
+//! lakecache_clear()` clears too.
 
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, StringArray, UInt64Array};
+use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result};
 
-use crate::LakeCache;
+use crate::stats::CacheStats;
+use crate::{LakeCache, LakeStats};
 
-/// The `lakecache_stats()` table function of a [`LakeCache`].
+/// Which of the table functions a [`LakeStatsFunction`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsTable {
+    /// `lakecache_stats()`: a row per cache.
+    PerCache,
+    /// `lakecache_metrics()`: a row per (cache, metric).
+    PerMetric,
+    /// `lakecache_clear()`: clears every cache.
+    Clear,
+}
+
+impl StatsTable {
+    /// The SQL name of the function.
+    pub fn name(self) -> &'static str {
+        match self {
+            StatsTable::PerCache => "lakecache_stats",
+            StatsTable::PerMetric => "lakecache_metrics",
+            StatsTable::Clear => "lakecache_clear",
+        }
+    }
+}
+
+/// One of the lakecache table functions over a [`LakeCache`].
 #[derive(Debug)]
 pub struct LakeStatsFunction {
     lake: LakeCache,
+    table: StatsTable,
 }
 
 impl LakeStatsFunction {
-    /// The function reporting `lake`'s figures.
+    /// `lakecache_stats()` over `lake`.
     pub fn new(lake: &LakeCache) -> Self {
-        Self { lake: lake.clone() }
+        Self::of(lake, StatsTable::PerCache)
     }
+
+    /// The function `table` over `lake`.
+    pub fn of(lake: &LakeCache, table: StatsTable) -> Self {
+        Self {
+            lake: lake.clone(),
+            table,
+        }
+    }
+}
+
+/// One row of `lakecache_stats()`; `None` where a figure does not apply to the cache.
+struct CacheRow {
+    cache: &'static str,
+    entries: Option<u64>,
+    bytes: Option<u64>,
+    capacity: Option<u64>,
+    counts: Option<CacheStats>,
+}
+
+fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
+    let handle = lake.handles().config();
+    let counted = |cache, bytes, capacity, stats: CacheStats| CacheRow {
+        cache,
+        entries: Some(stats.entries),
+        bytes,
+        capacity,
+        counts: Some(stats),
+    };
+    let descriptors = handle
+        .max_open_files
+        .min(crate::handle::max_open_files_allowed()) as u64;
+    let p = &s.prefetch;
+    vec![
+        counted(
+            "handle.metadata",
+            None,
+            Some(handle.capacity),
+            s.handles.metadata,
+        ),
+        counted(
+            "handle.listings",
+            None,
+            Some(handle.capacity),
+            s.handles.listings,
+        ),
+        counted("handle.files", None, Some(descriptors), s.handles.files),
+        counted(
+            "index",
+            Some(s.index.bytes),
+            Some(lake.index().config().capacity_bytes),
+            s.index.cache,
+        ),
+        // Prefetching holds bytes only while a scan runs; its own figures are in
+        // lakecache_metrics().
+        CacheRow {
+            cache: "prefetch",
+            entries: None,
+            bytes: Some(p.reserved_bytes),
+            capacity: Some(lake.prefetch_config().budget(usize::MAX, u64::MAX)),
+            counts: None,
+        },
+    ]
+}
+
+fn u64_column(values: impl Iterator<Item = Option<u64>>) -> ArrayRef {
+    Arc::new(values.collect::<UInt64Array>())
 }
 
 impl TableFunctionImpl for LakeStatsFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let name = self.table.name();
         if !args.exprs().is_empty() {
-            return Err(DataFusionError::Plan(
-                "lakecache_stats() takes no arguments".to_string(),
-            ));
+            return Err(DataFusionError::Plan(format!(
+                "{name}() takes no arguments"
+            )));
         }
-        let rows = self.lake.stats().rows();
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("cache", DataType::Utf8, false),
-            Field::new("metric", DataType::Utf8, false),
-            Field::new("value", DataType::UInt64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
-                Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
-            ],
-        )?;
+        let stats = self.lake.stats();
+        let (schema, columns): (Schema, Vec<ArrayRef>) = match self.table {
+            StatsTable::PerCache => {
+                let rows = per_cache(&self.lake, &stats);
+                let count = |f: fn(&CacheStats) -> u64| {
+                    u64_column(rows.iter().map(move |r| r.counts.as_ref().map(f)))
+                };
+                let mut fields = vec![Field::new("cache", DataType::Utf8, false)];
+                for name in [
+                    "entries",
+                    "bytes",
+                    "capacity",
+                    "hits",
+                    "misses",
+                    "evictions",
+                    "expirations",
+                    "invalidations",
+                ] {
+                    fields.push(Field::new(name, DataType::UInt64, true));
+                }
+                let columns = vec![
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.cache)))
+                        as ArrayRef,
+                    u64_column(rows.iter().map(|r| r.entries)),
+                    u64_column(rows.iter().map(|r| r.bytes)),
+                    u64_column(rows.iter().map(|r| r.capacity)),
+                    count(|c| c.hits),
+                    count(|c| c.misses),
+                    count(|c| c.evictions),
+                    count(|c| c.expirations),
+                    count(|c| c.invalidations),
+                ];
+                (Schema::new(fields), columns)
+            }
+            StatsTable::PerMetric => {
+                let rows = stats.rows();
+                let schema = Schema::new(vec![
+                    Field::new("cache", DataType::Utf8, false),
+                    Field::new("metric", DataType::Utf8, false),
+                    Field::new("value", DataType::UInt64, false),
+                ]);
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.2))),
+                ];
+                (schema, columns)
+            }
+            StatsTable::Clear => {
+                self.lake.clear();
+                let rows = [
+                    ("handle.metadata", stats.handles.metadata.entries),
+                    ("handle.listings", stats.handles.listings.entries),
+                    ("handle.files", stats.handles.files.entries),
+                    ("index", stats.index.cache.entries),
+                ];
+                let schema = Schema::new(vec![
+                    Field::new("cache", DataType::Utf8, false),
+                    Field::new("entries_dropped", DataType::UInt64, false),
+                ]);
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                ];
+                (schema, columns)
+            }
+        };
+        let schema = Arc::new(schema);
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
         Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
     }
 }
