@@ -282,20 +282,40 @@ async fn a_failed_prefetch_is_read_again_by_the_reader() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn explain_analyze_shows_the_scans_prefetch_figures() {
+async fn explain_analyze_shows_the_scans_cache_and_prefetch_figures() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(6)).await;
     let lake = LakeCache::builder().build().unwrap();
     let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
-    let plan = rows(&ctx, &format!("EXPLAIN ANALYZE {}", WORKLOAD[0])).await;
-    let text = plan.join("\n");
+    let explain = |sql: &str| {
+        let ctx = ctx.clone();
+        let sql = format!("EXPLAIN ANALYZE {sql}");
+        async move { rows(&ctx, &sql).await.join("\n") }
+    };
+    let text = explain(WORKLOAD[0]).await;
     for metric in [
-        "prefetch_requests=",
+        "prefetch_requests=6",
         "prefetch_bytes=",
         "prefetch_bytes_used=",
         "prefetch_peak_in_flight=",
         "prefetch_wait_time=",
+        "index_footer_hits=6",
+        "index_footer_misses=0",
+        "bytes_from_store=0",
     ] {
         assert!(text.contains(metric), "{metric} in:\n{text}");
+    }
+    // A lookup on a bloom-filtered column: the first loads the filters, the second hits.
+    let lookup = "SELECT id FROM t WHERE name = 'name-012345'";
+    let cold = explain(lookup).await;
+    assert!(cold.contains("index_bloom_misses=6"), "{cold}");
+    assert!(!cold.contains("bytes_from_store=0"), "filters read: {cold}");
+    let warm = explain(lookup).await;
+    for metric in [
+        "index_bloom_hits=6",
+        "index_bloom_misses=0",
+        "index_footer_misses=0",
+    ] {
+        assert!(warm.contains(metric), "{metric} in:\n{warm}");
     }
 }

@@ -13,12 +13,14 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use bytes::Bytes;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::ParquetFileReaderFactory;
 use datafusion::error::DataFusionError;
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
@@ -40,6 +42,42 @@ pub struct LakeReaderFactory {
     store_url: Url,
     index: IndexCache,
     prefetcher: Option<Prefetcher>,
+    /// The scan's cache figures, registered in its metrics set by the first reader.
+    metrics: OnceLock<ReaderMetrics>,
+}
+
+/// One scan's index-cache and store figures, as `EXPLAIN ANALYZE` shows them on its
+/// `DataSourceExec` (prefetching reports its own, `prefetch_*`).
+#[derive(Debug, Clone)]
+struct ReaderMetrics {
+    footer_hits: Count,
+    footer_misses: Count,
+    bloom_hits: Count,
+    bloom_misses: Count,
+    /// Bytes readers fetched from the store themselves (footers, bloom filters, data no
+    /// prefetch covered).
+    store_bytes: Count,
+}
+
+impl ReaderMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet) -> Self {
+        let m = || MetricBuilder::new(metrics);
+        Self {
+            footer_hits: m().global_counter("index_footer_hits"),
+            footer_misses: m().global_counter("index_footer_misses"),
+            bloom_hits: m().global_counter("index_bloom_hits"),
+            bloom_misses: m().global_counter("index_bloom_misses"),
+            store_bytes: m().global_counter("bytes_from_store"),
+        }
+    }
+}
+
+/// Counts a cache lookup as a miss if its load ran, else as a hit.
+fn hit_or_miss(loaded: &AtomicBool, hits: &Count, misses: &Count) {
+    match loaded.load(Relaxed) {
+        true => misses.add(1),
+        false => hits.add(1),
+    }
 }
 
 impl LakeReaderFactory {
@@ -56,6 +94,7 @@ impl LakeReaderFactory {
             store_url: store_url.clone(),
             index,
             prefetcher: None,
+            metrics: OnceLock::new(),
         }
     }
 
@@ -67,6 +106,7 @@ impl LakeReaderFactory {
             store_url: self.store_url.clone(),
             index: self.index.clone(),
             prefetcher,
+            metrics: OnceLock::new(),
         }
     }
 
@@ -96,10 +136,15 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             .as_ref()
             .and_then(|p| p.open(&meta, metrics))
             .map(Arc::new);
+        let figures = self
+            .metrics
+            .get_or_init(|| ReaderMetrics::new(metrics))
+            .clone();
         let inner = self
             .inner
             .create_reader(partition_index, file, metadata_size_hint, metrics)?;
         Ok(Box::new(LakeReader {
+            figures,
             inner,
             store: Arc::clone(&self.store),
             index: self.index.clone(),
@@ -115,6 +160,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
 
 /// An [`AsyncFileReader`] whose index structures come from the [`IndexCache`].
 pub struct LakeReader {
+    figures: ReaderMetrics,
     inner: Box<dyn AsyncFileReader + Send>,
     store: Arc<dyn ObjectStore>,
     index: IndexCache,
@@ -240,6 +286,7 @@ struct FileBytes {
     store: Arc<dyn ObjectStore>,
     path: object_store::path::Path,
     lease: Option<Arc<FileLease>>,
+    store_bytes: Count,
 }
 
 impl FileBytes {
@@ -249,7 +296,9 @@ impl FileBytes {
         {
             return Ok(bytes);
         }
-        self.store.get_range(&self.path, range).await
+        let bytes = self.store.get_range(&self.path, range).await?;
+        self.store_bytes.add(bytes.len());
+        Ok(bytes)
     }
 }
 
@@ -259,33 +308,53 @@ impl LakeReader {
             store: Arc::clone(&self.store),
             path: self.meta.location.clone(),
             lease: self.lease.clone(),
+            store_bytes: self.figures.store_bytes.clone(),
         }
+    }
+
+    /// Reads `ranges` through the inner reader, counting the bytes.
+    async fn read_inner(&mut self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>> {
+        let bytes = self.inner.get_byte_ranges(ranges).await?;
+        let total: usize = bytes.iter().map(Bytes::len).sum();
+        self.figures.store_bytes.add(total);
+        Ok(bytes)
     }
 }
 
 impl AsyncFileReader for LakeReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         let Some((row_group, column)) = self.bloom_filter_at(&range) else {
-            let Some(lease) = self.lease.clone() else {
-                return self.inner.get_bytes(range);
-            };
+            let lease = self.lease.clone();
             return async move {
-                match lease.read(range.clone()).await {
-                    Some(bytes) => Ok(bytes),
-                    None => self.inner.get_bytes(range).await,
+                if let Some(lease) = lease
+                    && let Some(bytes) = lease.read(range.clone()).await
+                {
+                    return Ok(bytes);
                 }
+                let bytes = self.inner.get_bytes(range).await?;
+                self.figures.store_bytes.add(bytes.len());
+                Ok(bytes)
             }
             .boxed();
         };
         let file = self.file_bytes();
         let span = range.clone();
-        let load = async move { Ok(Some(file.get(span).await?)) };
+        let loaded = Arc::new(AtomicBool::new(false));
+        let load = {
+            let loaded = Arc::clone(&loaded);
+            async move {
+                loaded.store(true, Relaxed);
+                Ok(Some(file.get(span).await?))
+            }
+        };
         async move {
             let bytes = self
                 .index
                 .bloom_filter(&self.object, row_group, column, load)
                 .await
                 .map_err(external)?;
+            let f = &self.figures;
+            hit_or_miss(&loaded, &f.bloom_hits, &f.bloom_misses);
             bytes.ok_or_else(|| ParquetError::General(format!("no bloom filter at {range:?}")))
         }
         .boxed()
@@ -293,7 +362,7 @@ impl AsyncFileReader for LakeReader {
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
         let Some(lease) = self.lease.clone() else {
-            return self.inner.get_byte_ranges(ranges);
+            return self.read_inner(ranges).boxed();
         };
         async move {
             let mut found: Vec<Option<Bytes>> = Vec::with_capacity(ranges.len());
@@ -309,7 +378,7 @@ impl AsyncFileReader for LakeReader {
             let mut fetched = if missing.is_empty() {
                 Vec::new()
             } else {
-                self.inner.get_byte_ranges(missing).await?
+                self.read_inner(missing).await?
             }
             .into_iter();
             found
@@ -332,10 +401,13 @@ impl AsyncFileReader for LakeReader {
         let planned = self.index.datafusion_footer(&self.meta);
         let file = self.file_bytes();
         let (meta, hint) = (self.meta.clone(), self.metadata_size_hint);
+        let loaded = Arc::new(AtomicBool::new(false));
+        let fetched = Arc::clone(&loaded);
         let load = async move {
             match planned {
                 Some(footer) => Ok(footer),
                 None => {
+                    fetched.store(true, Relaxed);
                     let read = move |range: Range<u64>| {
                         let file = file.clone();
                         async move { file.get(range).await }
@@ -350,6 +422,8 @@ impl AsyncFileReader for LakeReader {
                 .metadata(&self.object, load)
                 .await
                 .map_err(external)?;
+            let f = &self.figures;
+            hit_or_miss(&loaded, &f.footer_hits, &f.footer_misses);
             if let Some(lease) = &self.lease {
                 lease.footer_known(&metadata);
             }
