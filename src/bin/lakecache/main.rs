@@ -1,207 +1,267 @@
-//! `lakecache`: the command-line tool.
+//! `lakecache`: DataFusion's command-line client with the lake caches installed.
 //!
-//! `lakecache demo` builds a small lake in a temporary directory, serves it through a
-//! simulated remote store that charges a delay per request, and runs the same scans in plain
-//! DataFusion sessions and in sessions installed from one `LakeCache`, printing the timings
-//! and request counts side by side.
+//! It is datafusion-cli 55.2 underneath (its REPL with history and multi-line statements,
+//! output formats, backslash commands, and object stores created from the URLs of
+//! `CREATE EXTERNAL TABLE` and of `SELECT ... FROM 's3://...'`), in a session made by
+//! [`LakeCache::install`]. What this file adds: the session, a one-line cache summary after
+//! each statement of `-c` and `-f`, one-line errors with a non-zero exit code, and
+//! `lakecache demo`.
+//!
+//! ```text
+//! lakecache -c "SELECT count(*) FROM 's3://bucket/sales/'"
+//! lakecache -f report.sql --format csv
+//! lakecache                       # interactive
+//! lakecache demo --latency-ms 50
+//! ```
+
+mod demo;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use clap::{Parser, Subcommand};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::prelude::SessionConfig;
-use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::lake::{LakeSpec, SCANS, write_lake};
-use datafusion_lakecache::testkit::{
-    CountingStore, LakeLocation, LatencyStore, RequestCounts, query,
-};
-use object_store::local::LocalFileSystem;
-use object_store::path::Path;
-use url::Url;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_cli::catalog::DynamicObjectStoreCatalog;
+use datafusion_cli::exec;
+use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
+use datafusion_cli::print_format::PrintFormat;
+use datafusion_cli::print_options::{MaxRows, PrintOptions};
+use datafusion_lakecache::{LakeCache, LakeStats};
 
-const USAGE: &str = "usage: lakecache demo [--files N] [--latency-ms MS] [--runs N]";
+/// DataFusion's SQL client over data lakes, with handle and index caching and prefetching.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lakecache",
+    version,
+    about = "DataFusion's SQL client over data lakes, with handle and index caching and prefetching"
+)]
+struct Args {
+    #[command(subcommand)]
+    demo: Option<Command>,
 
-struct DemoArgs {
-    files: usize,
-    latency: Duration,
-    runs: usize,
+    /// SQL to run (repeatable); statements run in order, then the tool exits.
+    #[arg(short = 'c', long = "command")]
+    command: Vec<String>,
+
+    /// A file of SQL statements (separated by `;` at the end of a line) to run (repeatable).
+    #[arg(short = 'f', long = "file")]
+    file: Vec<String>,
+
+    /// Output format of results.
+    #[arg(long, value_enum, default_value_t = PrintFormat::Automatic)]
+    format: PrintFormat,
+
+    /// Print only results: no timing and no cache summary.
+    #[arg(short, long)]
+    quiet: bool,
+
+    /// Most rows printed per result in table format (0 for all).
+    #[arg(long, default_value_t = 40)]
+    maxrows: usize,
+
+    /// Endpoint of an S3-compatible store (for example http://localhost:9000); credentials
+    /// and region come from the usual AWS_* variables.
+    #[arg(long)]
+    endpoint: Option<String>,
+
+    /// A `lakecache.*` or `datafusion.*` setting as KEY=VALUE, applied before anything runs
+    /// (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
 }
 
-fn parse_demo(args: &[String]) -> Result<DemoArgs> {
-    let mut out = DemoArgs {
-        files: 200,
-        latency: Duration::from_millis(25),
-        runs: 3,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| {
-            DataFusionError::Configuration(format!("{flag} needs a value; {USAGE}"))
-        })?;
-        let number: u64 = value.parse().map_err(|_| {
-            DataFusionError::Configuration(format!("{flag} expects a whole number, got '{value}'"))
-        })?;
-        match flag.as_str() {
-            "--files" if (1..=100_000).contains(&number) => out.files = number as usize,
-            "--latency-ms" if number <= 10_000 => out.latency = Duration::from_millis(number),
-            "--runs" if (2..=1000).contains(&number) => out.runs = number as usize,
-            "--files" | "--latency-ms" | "--runs" => {
-                return Err(DataFusionError::Configuration(format!(
-                    "{flag} {value} is out of range (--files 1..=100000, --latency-ms 0..=10000, --runs 2..=1000)"
-                )));
-            }
-            _ => {
-                return Err(DataFusionError::Configuration(format!(
-                    "unknown flag {flag}; {USAGE}"
-                )));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// One side of the comparison: a store stack and the counter at its bottom.
-struct Side {
-    name: &'static str,
-    location: LakeLocation,
-    counts: Arc<CountingStore<LatencyStore<Arc<LocalFileSystem>>>>,
-}
-
-impl Side {
-    /// Runs `sql` `runs` times, each in a new session; returns the first (cold) time, the
-    /// mean of the others (warm) and the requests of the last run.
-    async fn run(&self, sql: &str, runs: usize) -> Result<(Duration, Duration, RequestCounts)> {
-        let mut times = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            self.counts.reset();
-            let start = Instant::now();
-            query(&self.location, sql, SessionConfig::new()).await?;
-            times.push(start.elapsed());
-        }
-        let warm = times[1..].iter().sum::<Duration>() / (runs - 1) as u32;
-        Ok((times[0], warm, self.counts.counts()))
-    }
-}
-
-async fn demo(args: DemoArgs) -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let fs = Arc::new(LocalFileSystem::new());
-    let prefix = Path::from_absolute_path(dir.path().join("lake"))?;
-    let spec = LakeSpec::small_files(args.files);
-    println!(
-        "lakecache demo: {} Parquet files of {} rows in {}, served through a simulated remote store ({} ms per request)",
-        spec.files,
-        spec.rows_per_file,
-        dir.path().display(),
-        args.latency.as_millis()
-    );
-    write_lake(fs.as_ref(), &prefix, &spec).await?;
-
-    let store_url = Url::parse("file://").map_err(|e| DataFusionError::External(e.into()))?;
-    let table_url = format!("{}/", dir.path().join("lake").display());
-    let remote = || {
-        Arc::new(CountingStore::new(LatencyStore::new(
-            Arc::clone(&fs),
-            args.latency,
-        )))
-    };
-    let lake = LakeCache::builder().build()?;
-    let plain = remote();
-    let cached = remote();
-    let sides = [
-        Side {
-            name: "DataFusion",
-            location: LakeLocation {
-                store_url: store_url.clone(),
-                store: plain.clone(),
-                table_url: table_url.clone(),
-                lake: None,
-            },
-            counts: plain,
-        },
-        Side {
-            name: "lakecache",
-            location: LakeLocation {
-                store_url,
-                store: cached.clone(),
-                table_url,
-                lake: Some(lake.clone()),
-            },
-            counts: cached,
-        },
-    ];
-    println!(
-        "each query runs {} times, each time in a new SessionContext; warm = mean of runs 2..{}",
-        args.runs, args.runs
-    );
-    println!();
-    println!(
-        "{:<16} {:<11} {:>9} {:>9} {:>22}",
-        "query", "store", "cold ms", "warm ms", "last run HEAD/LIST/GET"
-    );
-    for (name, sql) in SCANS {
-        for side in &sides {
-            let (cold, warm, counts) = side.run(sql, args.runs).await?;
-            println!(
-                "{:<16} {:<11} {:>9.1} {:>9.1} {:>22}",
-                name,
-                side.name,
-                cold.as_secs_f64() * 1e3,
-                warm.as_secs_f64() * 1e3,
-                format!("{}/{}/{}", counts.head, counts.list, counts.get)
-            );
-        }
-    }
-    let s = lake.stats();
-    println!();
-    println!(
-        "handle cache: metadata {} hits / {} misses, listings {} hits / {} misses",
-        s.handles.metadata.hits,
-        s.handles.metadata.misses,
-        s.handles.listings.hits,
-        s.handles.listings.misses
-    );
-    println!(
-        "index cache: {} hits / {} misses, {} entries, {} KiB held",
-        s.index.cache.hits,
-        s.index.cache.misses,
-        s.index.cache.entries,
-        s.index.bytes >> 10
-    );
-    println!(
-        "prefetch: {} requests, {} KiB fetched, {} KiB unused, at most {} in flight and {} KiB held",
-        s.prefetch.requests,
-        s.prefetch.bytes_fetched >> 10,
-        s.prefetch.bytes_wasted >> 10,
-        s.prefetch.peak_in_flight,
-        s.prefetch.peak_reserved_bytes >> 10
-    );
-    Ok(())
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build a lake in a temporary directory, serve it through a simulated remote store, and
+    /// run the same scans with plain DataFusion and with lakecache side by side.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("demo") => parse_demo(&args[1..]).and_then(|a| {
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?
-                .block_on(demo(a))
-        }),
-        Some("-h" | "--help") | None => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
+    // A panic is a bug; it still ends with one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("lakecache: internal error: {}", one_line(&info.to_string()));
+    }));
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
         }
-        Some(other) => Err(DataFusionError::Configuration(format!(
-            "unknown command '{other}'; {USAGE}"
-        ))),
     };
+    if let Some(endpoint) = &args.endpoint {
+        // SAFETY: nothing else runs yet (no runtime, no threads), so no one reads the
+        // environment concurrently. object_store's builders read these variables.
+        unsafe {
+            std::env::set_var("AWS_ENDPOINT", endpoint);
+            if endpoint.starts_with("http://") {
+                std::env::set_var("AWS_ALLOW_HTTP", "true");
+            }
+        }
+    }
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(DataFusionError::from)
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                match args.demo {
+                    Some(Command::Demo(demo)) => demo::demo(demo).await,
+                    None => run(args).await,
+                }
+            })
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lakecache: {e}");
+            eprintln!("lakecache: {}", one_line(&with_hint(e.to_string())));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `message` with what to check, where the store's own words do not say it.
+fn with_hint(message: String) -> String {
+    // datafusion-cli answers an S3 403 by looking up the bucket's region; with wrong
+    // credentials that lookup fails too, and its error is what reaches the user.
+    if message.contains("Failed to resolve region") {
+        return format!(
+            "{message} (the store refused the request: check AWS_ACCESS_KEY_ID, \
+             AWS_SECRET_ACCESS_KEY and AWS_REGION)"
+        );
+    }
+    message
+}
+
+/// `text` on one line: its lines joined with "; ".
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The session: datafusion-cli's, installed from `lake`.
+async fn session(lake: &LakeCache, settings: &[String]) -> Result<SessionContext> {
+    let mut config = SessionConfig::from_env()?.with_information_schema(true);
+    let registry = Arc::new(InstrumentedObjectStoreRegistry::new());
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(registry)
+        .build_arc()?;
+    for setting in settings.iter().filter(|s| s.starts_with("datafusion.")) {
+        let (key, value) = split_setting(setting)?;
+        config.options_mut().set(key, value)?;
+    }
+    let builder = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config)
+        .with_runtime_env(runtime);
+    let ctx = SessionContext::new_with_state(lake.install(builder)?.build()).enable_url_table();
+    for setting in settings.iter().filter(|s| !s.starts_with("datafusion.")) {
+        let (key, value) = split_setting(setting)?;
+        ctx.state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .set(key, value)?;
+    }
+    // Tables named by URL (`SELECT * FROM 's3://bucket/path/'`) register their store.
+    ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(
+        ctx.state().catalog_list().clone(),
+        ctx.state_weak_ref(),
+    )));
+    Ok(ctx)
+}
+
+fn split_setting(setting: &str) -> Result<(&str, &str)> {
+    setting.split_once('=').ok_or_else(|| {
+        DataFusionError::Configuration(format!("--set expects KEY=VALUE, got '{setting}'"))
+    })
+}
+
+async fn run(args: Args) -> Result<()> {
+    let lake = LakeCache::builder().build()?;
+    let ctx = session(&lake, &args.settings).await?;
+    let mut print = PrintOptions {
+        format: args.format,
+        quiet: args.quiet,
+        maxrows: match args.maxrows {
+            0 => MaxRows::Unlimited,
+            n => MaxRows::Limited(n),
+        },
+        color: false,
+        instrumented_registry: Arc::new(InstrumentedObjectStoreRegistry::new()),
+    };
+    if args.command.is_empty() && args.file.is_empty() {
+        exec::exec_from_repl(&ctx, &mut print)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if !args.quiet {
+            println!("{}", summary(&lake.stats()));
+        }
+        return Ok(());
+    }
+    let mut statements = Vec::new();
+    for file in &args.file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| DataFusionError::Execution(format!("cannot read {file}: {e}")))?;
+        statements.extend(split_statements(&text));
+    }
+    statements.extend(args.command.iter().cloned());
+    for sql in statements {
+        exec::exec_from_commands(&ctx, vec![sql], &print).await?;
+        if !args.quiet {
+            println!("{}", summary(&lake.stats()));
+        }
+    }
+    Ok(())
+}
+
+/// The statements of a SQL file, as datafusion-cli reads one: a statement ends with a line
+/// ending in `;`; lines starting with `--` or `#!` are skipped.
+fn split_statements(text: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if line.starts_with("--") || line.starts_with("#!") {
+            continue;
+        }
+        let line = line.trim_end();
+        current.push_str(line);
+        if line.ends_with(';') {
+            statements.push(std::mem::take(&mut current));
+        } else {
+            current.push('\n');
+        }
+    }
+    if current.trim().is_empty() {
+        statements
+    } else {
+        statements.push(current);
+        statements
+    }
+}
+
+/// One line of cache figures since the tool started.
+fn summary(s: &LakeStats) -> String {
+    let h = &s.handles;
+    format!(
+        "lakecache: handles {} hits / {} misses, listings {} / {}; index {} hits / {} misses, \
+         {} KiB; prefetch {} requests, {} KiB, at most {} in flight",
+        h.metadata.hits,
+        h.metadata.misses,
+        h.listings.hits,
+        h.listings.misses,
+        s.index.cache.hits,
+        s.index.cache.misses,
+        s.index.bytes >> 10,
+        s.prefetch.requests,
+        s.prefetch.bytes_fetched >> 10,
+        s.prefetch.peak_in_flight
+    )
 }

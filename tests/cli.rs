@@ -1,0 +1,198 @@
+//! The `lakecache` binary: `-c`, `-f`, `--format` and `demo` against a local lake and the S3
+//! server, and one readable line with a non-zero exit for each kind of bad input.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{Backend, backends, local_backend};
+use datafusion_lakecache::testkit::lake::LakeSpec;
+
+fn lakecache(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lakecache"));
+    command.args(args);
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.output().expect("lakecache runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The arguments and environment that point the tool at `b`'s store.
+fn store_args(b: &Backend) -> (Vec<String>, Vec<(&'static str, String)>) {
+    match std::env::var("LAKECACHE_S3_ENDPOINT") {
+        Ok(endpoint) if b.name == "s3" => (
+            vec!["--endpoint".into(), endpoint],
+            vec![
+                ("AWS_ACCESS_KEY_ID", "lakecache".into()),
+                ("AWS_SECRET_ACCESS_KEY", "lakecache".into()),
+                ("AWS_REGION", "us-east-1".into()),
+            ],
+        ),
+        _ => (Vec::new(), Vec::new()),
+    }
+}
+
+fn create(b: &Backend) -> String {
+    format!(
+        "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+        b.table_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_and_files_run_in_every_format() {
+    for b in backends("cli") {
+        b.write(&LakeSpec::small_files(3)).await;
+        let (mut args, envs) = store_args(&b);
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+        // -c, twice, CSV: the rows, then a cache summary after each statement.
+        let create = create(&b);
+        args.extend(["--format".into(), "csv".into(), "-c".into(), create.clone()]);
+        args.extend(["-c".into(), "SELECT count(*) AS n FROM t".into()]);
+        let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = lakecache(&args_ref, &envs);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", b.name, text(&out.stderr));
+        assert!(
+            stdout.contains("n\n15000"),
+            "{}: csv rows:\n{stdout}",
+            b.name
+        );
+        assert_eq!(
+            stdout.matches("lakecache: handles").count(),
+            2,
+            "{}: a summary per statement:\n{stdout}",
+            b.name
+        );
+
+        // -f with two statements, JSON, quiet: only the rows.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("q.sql");
+        std::fs::write(
+            &file,
+            format!("-- a comment\n{create};\nSELECT category, count(*) AS n\nFROM t WHERE category = 'beta'\nGROUP BY category;\n"),
+        )
+        .unwrap();
+        let mut args: Vec<String> = store_args(&b).0;
+        args.extend(["-q".into(), "--format".into(), "json".into()]);
+        args.extend(["-f".into(), file.display().to_string()]);
+        let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = lakecache(&args_ref, &envs);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", b.name, text(&out.stderr));
+        assert!(
+            stdout.contains("\"category\":\"beta\""),
+            "{}: json:\n{stdout}",
+            b.name
+        );
+        assert!(
+            !stdout.contains("lakecache:"),
+            "{}: quiet:\n{stdout}",
+            b.name
+        );
+    }
+}
+
+#[test]
+fn the_demo_runs() {
+    let out = lakecache(
+        &["demo", "--files", "4", "--latency-ms", "1", "--runs", "2"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("lakecache demo: 4 Parquet files"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("prefetch:"), "{stdout}");
+}
+
+/// Runs `args`; the run must fail with exactly one line on stderr, naming `expected`.
+fn fails_with_one_line(args: &[&str], envs: &[(&str, &str)], expected: &str) {
+    let out = lakecache(args, envs);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{args:?} fails");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: one line:\n{stderr}"
+    );
+    assert!(stderr.starts_with("lakecache: "), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "{args:?}: says '{expected}':\n{stderr}"
+    );
+}
+
+#[test]
+fn bad_input_gives_one_readable_line_and_a_failing_exit() {
+    let b = local_backend();
+    fails_with_one_line(&["-c", "SELEKT 1"], &[], "SELEKT");
+    fails_with_one_line(&["-f", "/no/such/file.sql"], &[], "/no/such/file.sql");
+    fails_with_one_line(
+        &[
+            "--set",
+            "lakecache.prefetch.max_in_flight=0",
+            "-c",
+            "SELECT 1",
+        ],
+        &[],
+        "lakecache.prefetch.max_in_flight",
+    );
+    fails_with_one_line(
+        &[
+            "-c",
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://'",
+        ],
+        &[],
+        "s3://",
+    );
+    fails_with_one_line(
+        &["-c", &format!("SELECT * FROM '{}missing/'", b.table_url())],
+        &[],
+        "missing",
+    );
+}
+
+#[test]
+fn a_missing_bucket_and_a_wrong_credential_give_one_line() {
+    let Ok(endpoint) = std::env::var("LAKECACHE_S3_ENDPOINT") else {
+        eprintln!("S3 part skipped (set LAKECACHE_S3_ENDPOINT to run it)");
+        assert!(std::env::var("CI").is_err(), "in CI the S3 tests must run");
+        return;
+    };
+    let bucket = std::env::var("LAKECACHE_S3_BUCKET").unwrap_or_else(|_| "lakecache-test".into());
+    let good = [
+        ("AWS_ACCESS_KEY_ID", "lakecache"),
+        ("AWS_SECRET_ACCESS_KEY", "lakecache"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let missing =
+        "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://no-such-bucket-lakecache/t/'";
+    fails_with_one_line(
+        &["--endpoint", &endpoint, "-c", missing],
+        &good,
+        "no-such-bucket-lakecache",
+    );
+    let wrong = [
+        ("AWS_ACCESS_KEY_ID", "lakecache"),
+        ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let table = format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://{bucket}/any/'");
+    fails_with_one_line(
+        &["--endpoint", &endpoint, "-c", &table],
+        &wrong,
+        "check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION",
+    );
+}
