@@ -143,6 +143,22 @@ async fn session(
     Ok((ctx, began.elapsed()))
 }
 
+/// Prints each query's warm time with vanilla DataFusion on the local disk: the CPU-bound
+/// reference the remote runs are held against.
+async fn on_local_disk(lake: &Lake, workload: &str, queries: &[(&str, &str)]) -> Result<()> {
+    let disk = simulated(lake, Duration::ZERO, u64::MAX);
+    let (local, _) = session(&disk, lake.fs.clone(), None).await?;
+    for (name, sql) in queries {
+        run(&local, sql).await?;
+        let (_, t) = run(&local, sql).await?;
+        println!(
+            "{workload} {name:<20} local disk (vanilla, warm) {:>7.1} ms",
+            ms(t)
+        );
+    }
+    Ok(())
+}
+
 /// Runs `sql` to the end without keeping its rows; returns rows and time.
 async fn run(ctx: &SessionContext, sql: &str) -> Result<(usize, Duration)> {
     let began = Instant::now();
@@ -280,13 +296,7 @@ async fn main() -> Result<()> {
         bandwidth / 125_000_000
     );
     let w1_queries = W1_QUERIES;
-    let disk = simulated(&w1, Duration::ZERO, u64::MAX);
-    let (local, _) = session(&disk, w1.fs.clone(), None).await?;
-    for (name, sql) in w1_queries {
-        run(&local, sql).await?;
-        let (_, t) = run(&local, sql).await?;
-        println!("W1 {name:<20} local disk (vanilla, warm) {:>7.1} ms", ms(t));
-    }
+    on_local_disk(&w1, "W1", &w1_queries).await?;
     if arg("--only-plot", 0) == 1 {
         return plot_latencies(&w1, bandwidth).await;
     }
@@ -320,12 +330,8 @@ async fn main() -> Result<()> {
             total as f64 / bandwidth as f64 * 1000.0
         );
         let w2_queries = W2_QUERIES;
-        let disk = simulated(&w2, Duration::ZERO, u64::MAX);
-        let (local, _) = session(&disk, w2.fs.clone(), None).await?;
+        on_local_disk(&w2, "W2", &w2_queries).await?;
         for (name, sql) in w2_queries {
-            run(&local, sql).await?;
-            let (_, t) = run(&local, sql).await?;
-            println!("W2 {name:<20} local disk (vanilla, warm) {:>7.1} ms", ms(t));
             let served = simulated(&w2, Duration::from_millis(25), bandwidth);
             let f = compare(&served, &w2.sizes, sql).await?;
             print(&format!("W2 {name} @ 25ms: vanilla vs lakecache"), &f);

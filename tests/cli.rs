@@ -21,41 +21,36 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The arguments and environment that point the tool at `b`'s store.
-fn store_args(b: &Backend) -> (Vec<String>, Vec<(&'static str, String)>) {
+/// Runs the tool with `args` against `b`'s store: for S3, with the endpoint and credentials
+/// of the S3 server.
+fn lakecache_on(b: &Backend, args: &[&str]) -> Output {
     match std::env::var("LAKECACHE_S3_ENDPOINT") {
-        Ok(endpoint) if b.name == "s3" => (
-            vec!["--endpoint".into(), endpoint],
-            vec![
-                ("AWS_ACCESS_KEY_ID", "lakecache".into()),
-                ("AWS_SECRET_ACCESS_KEY", "lakecache".into()),
-                ("AWS_REGION", "us-east-1".into()),
-            ],
-        ),
-        _ => (Vec::new(), Vec::new()),
+        Ok(endpoint) if b.name == "s3" => {
+            let mut all = vec!["--endpoint", endpoint.as_str()];
+            all.extend_from_slice(args);
+            let envs = [
+                ("AWS_ACCESS_KEY_ID", "lakecache"),
+                ("AWS_SECRET_ACCESS_KEY", "lakecache"),
+                ("AWS_REGION", "us-east-1"),
+            ];
+            lakecache(&all, &envs)
+        }
+        _ => lakecache(args, &[]),
     }
-}
-
-fn create(b: &Backend) -> String {
-    format!(
-        "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
-        b.table_url()
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_and_files_run_in_every_format() {
     for b in backends("cli") {
         b.write(&LakeSpec::small_files(3)).await;
-        let (mut args, envs) = store_args(&b);
-        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let create = format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            b.table_url()
+        );
 
         // -c, twice, CSV: the rows, then a cache summary after each statement.
-        let create = create(&b);
-        args.extend(["--format".into(), "csv".into(), "-c".into(), create.clone()]);
-        args.extend(["-c".into(), "SELECT count(*) AS n FROM t".into()]);
-        let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = lakecache(&args_ref, &envs);
+        let count = "SELECT count(*) AS n FROM t";
+        let out = lakecache_on(&b, &["--format", "csv", "-c", &create, "-c", count]);
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{}: {}", b.name, text(&out.stderr));
         assert!(
@@ -78,11 +73,8 @@ async fn commands_and_files_run_in_every_format() {
             format!("-- a comment\n{create};\nSELECT category, count(*) AS n\nFROM t WHERE category = 'beta'\nGROUP BY category;\n"),
         )
         .unwrap();
-        let mut args: Vec<String> = store_args(&b).0;
-        args.extend(["-q".into(), "--format".into(), "json".into()]);
-        args.extend(["-f".into(), file.display().to_string()]);
-        let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = lakecache(&args_ref, &envs);
+        let file = file.display().to_string();
+        let out = lakecache_on(&b, &["-q", "--format", "json", "-f", &file]);
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{}: {}", b.name, text(&out.stderr));
         assert!(

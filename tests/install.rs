@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{WORKLOAD, backends, scan};
+use common::{WORKLOAD, backends, scan, sorted_lines};
 use datafusion::arrow::array::UInt64Array;
 use datafusion::datasource::listing::ListingTable;
 use datafusion::execution::SessionStateBuilder;
@@ -57,11 +57,7 @@ async fn installed_sessions_use_lake_tables_and_cached_stores() {
                     .collect()
                     .await
                     .unwrap();
-                let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-                    .unwrap()
-                    .to_string();
-                let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-                lines.sort();
+                let lines = sorted_lines(&batches).unwrap();
                 assert_eq!(lines, want, "{} round {round}: {name}", b.name);
             }
             let c = counted.counts();
@@ -103,6 +99,23 @@ async fn other_formats_stay_listing_tables() {
     assert_eq!(batches[0].num_rows(), 1);
 }
 
+/// A bloom-filtered point lookup over a small lake.
+const LOOKUP: &str = "SELECT id FROM t WHERE name = 'name-012345'";
+
+/// A session installed from `lake` over a lake of 3 files (kept alive by the returned
+/// backend), after one [`LOOKUP`].
+async fn after_a_lookup(lake: &LakeCache) -> (common::Backend, SessionContext) {
+    let b = common::local_backend();
+    b.write(&LakeSpec::small_files(3).with_row_groups_of(1_000))
+        .await;
+    let ctx = session(lake);
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    ctx.sql(LOOKUP).await.unwrap().collect().await.unwrap();
+    (b, ctx)
+}
+
 /// One figure from `lakecache_metrics()`.
 async fn figure(ctx: &SessionContext, cache: &str, metric: &str) -> u64 {
     let sql = format!(
@@ -120,22 +133,14 @@ async fn figure(ctx: &SessionContext, cache: &str, metric: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lakecache_stats_reports_the_figures_as_they_change() {
-    let b = common::local_backend();
-    b.write(&LakeSpec::small_files(3).with_row_groups_of(1_000))
-        .await;
     let lake = LakeCache::builder().build().unwrap();
-    let ctx = session(&lake);
-    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
-        .await
-        .unwrap();
-    let lookup = "SELECT id FROM t WHERE name = 'name-012345'";
-    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    let (_b, ctx) = after_a_lookup(&lake).await;
     let (hits, blooms) = (
         figure(&ctx, "index", "hits").await,
         figure(&ctx, "index", "bloom_loads").await,
     );
     assert!(blooms > 0, "the first lookup loads bloom filters");
-    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    ctx.sql(LOOKUP).await.unwrap().collect().await.unwrap();
     assert!(
         figure(&ctx, "index", "hits").await > hits,
         "the second lookup hits"
@@ -204,19 +209,11 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
     const CAPACITY: usize = 2;
     const HITS: usize = 3;
     const MISSES: usize = 4;
-    let b = common::local_backend();
-    b.write(&LakeSpec::small_files(3).with_row_groups_of(1_000))
-        .await;
     let lake = LakeCache::builder()
         .index_capacity_bytes(64 << 20)
         .build()
         .unwrap();
-    let ctx = session(&lake);
-    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
-        .await
-        .unwrap();
-    let lookup = "SELECT id FROM t WHERE name = 'name-012345'";
-    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    let (_b, ctx) = after_a_lookup(&lake).await;
     let first = per_cache(&ctx).await;
     for cache in [
         "handle.metadata",
@@ -235,7 +232,7 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
     );
     assert!(first["prefetch"][HITS].is_none(), "no hits for prefetching");
 
-    ctx.sql(lookup).await.unwrap().collect().await.unwrap();
+    ctx.sql(LOOKUP).await.unwrap().collect().await.unwrap();
     let second = per_cache(&ctx).await;
     assert!(second["index"][HITS] > index[HITS], "the second query hits");
     assert_eq!(second["index"][MISSES], index[MISSES], "and misses nothing");

@@ -7,8 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Backend, WORKLOAD, backends, installed, local_backend, scan};
-use datafusion::arrow::util::pretty::pretty_format_batches;
+use common::{Backend, WORKLOAD, backends, installed, local_backend, rows, scan};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -32,14 +31,6 @@ async fn session(
     installed(b, store, lake, builder, config()).await
 }
 
-async fn rows(ctx: &SessionContext, sql: &str) -> Vec<String> {
-    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-    let text = pretty_format_batches(&batches).unwrap().to_string();
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    lines.sort();
-    lines
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_file_costs_one_request_and_many_run_at_once() {
     for b in backends("prefetch_small") {
@@ -52,7 +43,7 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
             counted.reset();
             let before = lake.stats().prefetch;
             let want = scan(&b, b.raw.clone(), sql).await.unwrap();
-            assert_eq!(rows(&ctx, sql).await, want, "{}: {sql}", b.name);
+            assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
             let p = lake.stats().prefetch;
             let gets = counted.counts().get;
             eprintln!("{}: `{sql}`: {gets} GETs, {p:?}", b.name);
@@ -67,7 +58,7 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
         let loads = lake.stats().index.footer_loads;
         let sql = WORKLOAD[2];
         assert_eq!(
-            rows(&ctx, sql).await,
+            rows(&ctx, sql).await.unwrap(),
             scan(&b, b.raw.clone(), sql).await.unwrap()
         );
         assert_eq!(
@@ -113,7 +104,7 @@ async fn large_files_prefetch_exactly_the_chunks_datafusion_reads() {
         ] {
             let before = lake.stats().prefetch;
             let want = scan(&b, b.raw.clone(), sql).await.unwrap();
-            assert_eq!(rows(&ctx, sql).await, want, "{}: {sql}", b.name);
+            assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
             // The readers are gone; let the scan's grace period pass.
             tokio::time::sleep(Duration::from_millis(100)).await;
             let p = lake.stats().prefetch;
@@ -216,7 +207,7 @@ async fn a_limit_reads_a_few_files() {
     let tap = tapped(&b);
     let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
     tap.above.reset();
-    let got = rows(&ctx, "SELECT id FROM t LIMIT 10").await;
+    let got = rows(&ctx, "SELECT id FROM t LIMIT 10").await.unwrap();
     assert_eq!(got.len(), 10 + 4, "10 rows and the table's frame");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let gets = tap.above.counts().get;
@@ -244,7 +235,7 @@ async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
     let lake = LakeCache::builder().build().unwrap();
     let builder = SessionStateBuilder::new().with_runtime_env(runtime);
     let ctx = session(&b, b.raw.clone(), &lake, builder).await;
-    assert_eq!(rows(&ctx, sql).await, want);
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
     let p = lake.stats().prefetch;
     eprintln!("pool of {limit} bytes: {p:?}");
     assert!(p.memory_denied > 0, "{p:?}");
@@ -258,7 +249,7 @@ async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
         .build()
         .unwrap();
     let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
-    assert_eq!(rows(&ctx, sql).await, want);
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
     let p = lake.stats().prefetch;
     eprintln!("budget of {budget} bytes: {p:?}");
     assert!(p.requests > 0 && p.peak_reserved_bytes <= budget, "{p:?}");
@@ -274,11 +265,11 @@ async fn a_failed_prefetch_is_read_again_by_the_reader() {
     let sql = WORKLOAD[2];
     let want = scan(&b, b.raw.clone(), sql).await.unwrap();
     faults.fail(Op::Get, 3);
-    assert_eq!(rows(&ctx, sql).await, want);
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
     let p = lake.stats().prefetch;
     assert!(p.failed >= 1, "{p:?}");
     // The failure was not kept: the same query again is served by prefetching alone.
-    assert_eq!(rows(&ctx, sql).await, want);
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,7 +281,7 @@ async fn explain_analyze_shows_the_scans_cache_and_prefetch_figures() {
     let explain = |sql: &str| {
         let ctx = ctx.clone();
         let sql = format!("EXPLAIN ANALYZE {sql}");
-        async move { rows(&ctx, &sql).await.join("\n") }
+        async move { rows(&ctx, &sql).await.unwrap().join("\n") }
     };
     let text = explain(WORKLOAD[0]).await;
     for metric in [

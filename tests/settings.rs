@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{WORKLOAD, installed, local_backend};
+use common::{WORKLOAD, installed, local_backend, rows};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
@@ -124,19 +124,14 @@ async fn show_all_lists_every_key_with_its_description_and_exports_keep_the_pref
     set(&ctx, "lakecache.prefetch.max_in_flight", "16")
         .await
         .unwrap();
-    let batches = ctx
-        .sql(
-            "SELECT name, value, description FROM information_schema.df_settings \
-             WHERE name LIKE 'lakecache.%' ORDER BY name",
-        )
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-        .unwrap()
-        .to_string();
+    let lines = rows(
+        &ctx,
+        "SELECT name, value, description FROM information_schema.df_settings \
+         WHERE name LIKE 'lakecache.%'",
+    )
+    .await
+    .unwrap();
+    let text = lines.join("\n");
     for line in [
         "lakecache.handle.list_ttl",
         "30s",
@@ -148,13 +143,13 @@ async fn show_all_lists_every_key_with_its_description_and_exports_keep_the_pref
     ] {
         assert!(text.contains(line), "{line} in:\n{text}");
     }
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    assert_eq!(rows, 13, "every key:\n{text}");
+    let keys = lines
+        .iter()
+        .filter(|l| l.starts_with("| lakecache."))
+        .count();
+    assert_eq!(keys, 13, "every key:\n{text}");
     // SHOW ALL runs and includes them too.
-    let all = ctx.sql("SHOW ALL").await.unwrap().collect().await.unwrap();
-    let all = datafusion::arrow::util::pretty::pretty_format_batches(&all)
-        .unwrap()
-        .to_string();
+    let all = rows(&ctx, "SHOW ALL").await.unwrap().join("\n");
     assert!(all.contains("lakecache.prefetch.split_size"), "{all}");
     // Options exported from the session (as Ballista ships them) keep the prefix and read back.
     let exported = ctx.state().config().options().entries();
@@ -174,31 +169,20 @@ async fn a_sessions_scans_follow_its_prefetch_settings() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(24)).await;
     let lake = LakeCache::builder().build().unwrap();
-    let config = || SessionConfig::new().with_target_partitions(2);
     let sql = WORKLOAD[2];
+    let session = || {
+        let config = SessionConfig::new().with_target_partitions(2);
+        installed(&b, b.raw.clone(), &lake, SessionStateBuilder::new(), config)
+    };
 
-    let off = installed(
-        &b,
-        b.raw.clone(),
-        &lake,
-        SessionStateBuilder::new(),
-        config(),
-    )
-    .await;
+    let off = session().await;
     set(&off, "lakecache.prefetch.enabled", "false")
         .await
         .unwrap();
     off.sql(sql).await.unwrap().collect().await.unwrap();
     assert_eq!(lake.stats().prefetch.requests, 0, "off: no prefetch");
 
-    let narrow = installed(
-        &b,
-        b.raw.clone(),
-        &lake,
-        SessionStateBuilder::new(),
-        config(),
-    )
-    .await;
+    let narrow = session().await;
     set(&narrow, "lakecache.prefetch.max_in_flight", "2")
         .await
         .unwrap();
@@ -208,14 +192,7 @@ async fn a_sessions_scans_follow_its_prefetch_settings() {
     assert!(p.peak_in_flight <= 2, "at most 2 in flight: {p:?}");
 
     // Another session of the same LakeCache keeps the defaults.
-    let wide = installed(
-        &b,
-        b.raw.clone(),
-        &lake,
-        SessionStateBuilder::new(),
-        config(),
-    )
-    .await;
+    let wide = session().await;
     wide.sql(sql).await.unwrap().collect().await.unwrap();
     assert!(lake.stats().prefetch.peak_in_flight > 2);
 }

@@ -7,11 +7,9 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use common::{Backend, backends, installed, local_backend};
+use common::{Backend, backends, installed, local_backend, rows};
 use datafusion::arrow::datatypes::DataType;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::file_format::options::ReadOptions;
-use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
@@ -68,17 +66,6 @@ const CORPUS: &[&str] = &[
     "SELECT count(*) FROM t",
     "SELECT id, value FROM t WHERE id BETWEEN 998 AND 1003",
 ];
-
-async fn rows(ctx: &SessionContext, sql: &str) -> Result<Vec<String>> {
-    let batches = ctx.sql(sql).await?.collect().await?;
-    let mut lines: Vec<String> = pretty_format_batches(&batches)?
-        .to_string()
-        .lines()
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    Ok(lines)
-}
 
 fn config(pushdown: bool) -> SessionConfig {
     let mut config = SessionConfig::new().with_target_partitions(2);

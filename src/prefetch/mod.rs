@@ -114,8 +114,8 @@ struct FileEntry {
     meta: ObjectMeta,
     /// Position in the work queue; lower goes first.
     rank: i64,
-    /// Times the plan lists this file (more than once when split by byte range).
-    expected_opens: usize,
+    /// Where the plan lists this file (more than once when split by byte range).
+    splits: Vec<usize>,
     opens: usize,
     leases: usize,
     /// Whether its work has been queued.
@@ -124,6 +124,13 @@ struct FileEntry {
     pieces_queued: bool,
     /// Units by start offset, not overlapping.
     units: BTreeMap<u64, Unit>,
+}
+
+impl FileEntry {
+    /// Whether every reader the plan expects has opened and closed this file.
+    fn done(&self) -> bool {
+        self.leases == 0 && self.opens >= self.splits.len()
+    }
 }
 
 #[derive(Debug)]
@@ -255,14 +262,14 @@ impl Scan {
                 .or_insert_with(|| FileEntry {
                     meta: file.meta.clone(),
                     rank: position as i64 + 1,
-                    expected_opens: 0,
+                    splits: Vec::new(),
                     opens: 0,
                     leases: 0,
                     queued: false,
                     pieces_queued: false,
                     units: BTreeMap::new(),
                 });
-            entry.expected_opens += 1;
+            entry.splits.push(position);
         }
         state.cursor = 0;
         self.figures.scan_started();
@@ -302,8 +309,7 @@ impl Scan {
             .cached_metadata(&self.object(&meta))
             .or_else(|| self.index.datafusion_footer(&meta));
         if let Some(footer) = footer {
-            let pieces = self.pieces(path, &footer);
-            self.insert_pieces(state, path, pieces);
+            self.queue_pieces_locked(state, path, &footer);
             return;
         }
         let work = if meta.size <= self.config.small_file_bytes {
@@ -460,39 +466,35 @@ impl Scan {
         drop(self.spawn_task(state, runtime, task));
     }
 
-    /// The ranges of `path` the scan will read (all its splits), in file order.
-    fn pieces(&self, path: &Path, metadata: &ParquetMetaData) -> Vec<Range<u64>> {
-        let mut pieces = Vec::new();
-        for file in self.plan.files.iter().filter(|f| &f.meta.location == path) {
-            pieces.extend(self.plan.pieces(file, metadata, self.config.split_bytes));
-        }
-        pieces.sort_by_key(|p| p.start);
-        pieces
-    }
-
     /// Queues the pieces of a file DataFusion will read, once its footer is known: by the
     /// footer prefetch or by the reader, whichever has it first, so the reader's first data
     /// request already finds them.
     fn queue_pieces(&self, generation: u64, path: &Path, metadata: &ParquetMetaData) {
-        let pieces = self.pieces(path, metadata);
         let mut state = self.lock();
         if state.generation == generation && state.running {
-            self.insert_pieces(&mut state, path, pieces);
+            self.queue_pieces_locked(&mut state, path, metadata);
         }
     }
 
-    fn insert_pieces(&self, state: &mut State, path: &Path, pieces: Vec<Range<u64>>) {
+    /// Works out and queues the pieces of `path` unless that was done, the file was fetched
+    /// whole, or no reader will read it again.
+    fn queue_pieces_locked(&self, state: &mut State, path: &Path, metadata: &ParquetMetaData) {
         let Some(entry) = state.files.get_mut(path) else {
             return;
         };
-        // A small file fetched whole, or pieces already queued, need nothing more.
-        if entry.pieces_queued
-            || !entry.units.is_empty()
-            || (entry.opens >= entry.expected_opens && entry.leases == 0)
-        {
+        if entry.pieces_queued || !entry.units.is_empty() || entry.done() {
             return;
         }
         entry.pieces_queued = true;
+        let mut pieces: Vec<Range<u64>> = entry
+            .splits
+            .iter()
+            .flat_map(|&i| {
+                self.plan
+                    .pieces(&self.plan.files[i], metadata, self.config.split_bytes)
+            })
+            .collect();
+        pieces.sort_by_key(|p| p.start);
         let rank = entry.rank;
         let mut works = Vec::new();
         let mut last_end = 0;
@@ -809,7 +811,7 @@ impl Drop for FileLease {
         let done = match state.files.get_mut(&self.path) {
             Some(entry) => {
                 entry.leases = entry.leases.saturating_sub(1);
-                entry.leases == 0 && entry.opens >= entry.expected_opens
+                entry.done()
             }
             None => false,
         };

@@ -53,6 +53,8 @@ pub(crate) struct ScanPlan {
     file_schema: SchemaRef,
     /// Rows the scan stops after, when DataFusion pushed a limit into it.
     pub limit: Option<usize>,
+    /// DataFusion's row-group pruning wants a metrics sink; these figures are not shown.
+    metrics: ParquetFileMetrics,
 }
 
 impl ScanPlan {
@@ -107,6 +109,7 @@ impl ScanPlan {
             predicate,
             file_schema: Arc::clone(source.table_schema().file_schema()),
             limit: config.limit,
+            metrics: ParquetFileMetrics::new(0, "prefetch plan", &ExecutionPlanMetricsSet::new()),
         }
     }
 
@@ -128,19 +131,10 @@ impl ScanPlan {
         if let Some(range) = &file.range {
             access.prune_by_range(row_groups, range);
         }
-        if let Some(predicate) = self.pruning_predicate(metadata) {
-            let schema = metadata.file_metadata().schema_descr();
-            if let Ok(arrow) = parquet_to_arrow_schema(schema, None) {
-                // DataFusion's pruning wants a metrics sink; these figures are not shown.
-                let metrics = ParquetFileMetrics::new(
-                    0,
-                    file.meta.location.as_ref(),
-                    &ExecutionPlanMetricsSet::new(),
-                );
-                access.prune_by_statistics(&arrow, schema, row_groups, &predicate, &metrics);
-            }
-        }
         let schema = metadata.file_metadata().schema_descr();
+        if let Some((predicate, arrow)) = self.pruning_predicate(metadata) {
+            access.prune_by_statistics(&arrow, schema, row_groups, &predicate, &self.metrics);
+        }
         let wanted: Vec<bool> = (0..schema.num_columns())
             .map(|leaf| {
                 let root = schema.get_column_root(leaf).name();
@@ -185,7 +179,10 @@ impl ScanPlan {
 
     /// The scan's predicate as DataFusion prunes row groups of this file with it, or `None`
     /// if there is none or it cannot be applied here (then no row group is ruled out).
-    fn pruning_predicate(&self, metadata: &ParquetMetaData) -> Option<Arc<PruningPredicate>> {
+    fn pruning_predicate(
+        &self,
+        metadata: &ParquetMetaData,
+    ) -> Option<(Arc<PruningPredicate>, SchemaRef)> {
         let predicate = self.predicate.as_ref()?;
         let physical = parquet_to_arrow_schema(metadata.file_metadata().schema_descr(), None)
             .ok()
@@ -194,8 +191,9 @@ impl ScanPlan {
             .create(Arc::clone(&self.file_schema), Arc::clone(&physical))
             .ok()?;
         let predicate = adapter.rewrite(Arc::clone(predicate)).ok()?;
-        PruningPredicateBuilder::new()
-            .with_file_schema(physical)
-            .build(predicate)
+        let pruning = PruningPredicateBuilder::new()
+            .with_file_schema(Arc::clone(&physical))
+            .build(predicate)?;
+        Some((pruning, physical))
     }
 }

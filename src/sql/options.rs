@@ -150,10 +150,8 @@ impl ExtensionOptions for LakeOptions {
         let mut after = self.clone();
         if key.starts_with("lakecache.handle.") {
             after.handle.set(&key, value)?;
-            after.handle.validate()?;
         } else if key.starts_with("lakecache.index.") {
             after.index.set(&key, value)?;
-            after.index.validate()?;
         } else {
             let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
             return Err(DataFusionError::Configuration(format!(

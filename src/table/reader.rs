@@ -98,26 +98,15 @@ impl LakeReaderFactory {
         }
     }
 
-    /// The same factory, whose readers get their bytes from `prefetcher` where it has them.
-    pub fn with_prefetcher(&self, prefetcher: Option<Prefetcher>) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-            store: Arc::clone(&self.store),
-            store_url: self.store_url.clone(),
-            index: self.index.clone(),
-            prefetcher,
-            metrics: OnceLock::new(),
-        }
+    /// Its readers get their bytes from `prefetcher` where it has them.
+    pub fn with_prefetcher(mut self, prefetcher: Option<Prefetcher>) -> Self {
+        self.prefetcher = prefetcher;
+        self
     }
 
     /// The store its readers read from.
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         Arc::clone(&self.store)
-    }
-
-    /// The factory this one wraps.
-    pub fn inner(&self) -> &Arc<dyn ParquetFileReaderFactory> {
-        &self.inner
     }
 }
 

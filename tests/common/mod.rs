@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
@@ -143,11 +144,20 @@ pub async fn scan_with(
         table_url: backend.table_url(),
         lake: None,
     };
-    let batches = query(&lake, sql, config).await?;
-    let text = pretty_format_batches(&batches)?.to_string();
+    sorted_lines(&query(&lake, sql, config).await?)
+}
+
+/// Result batches as the lines of their table, sorted, so row order does not matter.
+pub fn sorted_lines(batches: &[RecordBatch]) -> Result<Vec<String>> {
+    let text = pretty_format_batches(batches)?.to_string();
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     lines.sort();
     Ok(lines)
+}
+
+/// Runs `sql` in `ctx`; the result as [`sorted_lines`].
+pub async fn rows(ctx: &SessionContext, sql: &str) -> Result<Vec<String>> {
+    sorted_lines(&ctx.sql(sql).await?.collect().await?)
 }
 
 /// A new session installed from `lake` (so its scans prefetch), built from `builder` with
