@@ -240,6 +240,92 @@ impl PrefetchConfig {
     }
 }
 
+/// Settings of the [`RangeCache`](crate::range::RangeCache): the bytes of object ranges kept
+/// in memory and, optionally, on local disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeConfig {
+    /// Whether ranges read from remote stores are kept at all.
+    pub enabled: bool,
+    /// Bytes the memory tier keeps.
+    pub memory_bytes: u64,
+    /// Directory of the disk tier; `None` (the default) keeps no bytes on disk.
+    pub disk_dir: Option<std::path::PathBuf>,
+    /// Bytes the disk tier keeps.
+    pub disk_bytes: u64,
+}
+
+impl Default for RangeConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            memory_bytes: 1 << 30,
+            disk_dir: None,
+            disk_bytes: 16 << 30,
+        }
+    }
+}
+
+/// Key of [`RangeConfig::enabled`].
+pub const RANGE_ENABLED: &str = "lakecache.range.enabled";
+/// Key of [`RangeConfig::memory_bytes`].
+pub const RANGE_MEMORY: &str = "lakecache.range.memory";
+/// Key of [`RangeConfig::disk_dir`].
+pub const RANGE_DISK_DIR: &str = "lakecache.range.disk_dir";
+/// Key of [`RangeConfig::disk_bytes`].
+pub const RANGE_DISK_CAPACITY: &str = "lakecache.range.disk_capacity";
+
+/// Below this a tier could hold hardly a column chunk; such a value is a unit mistake.
+const MIN_TIER: u64 = 1 << 20;
+
+impl RangeConfig {
+    /// Sets one setting from its `lakecache.*` key and a string value, validating it.
+    /// The setting is applied only if the whole configuration stays valid.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let mut next = self.clone();
+        match key {
+            RANGE_ENABLED => next.enabled = parse_bool(key, value)?,
+            RANGE_MEMORY => next.memory_bytes = parse_bytes(key, value)?,
+            RANGE_DISK_DIR => {
+                let dir = value.trim();
+                next.disk_dir = (!dir.is_empty()).then(|| dir.into());
+            }
+            RANGE_DISK_CAPACITY => next.disk_bytes = parse_bytes(key, value)?,
+            _ => {
+                return Err(DataFusionError::Configuration(format!(
+                    "unknown setting '{key}'; known range cache settings: {RANGE_ENABLED}, \
+                     {RANGE_MEMORY}, {RANGE_DISK_DIR}, {RANGE_DISK_CAPACITY}"
+                )));
+            }
+        }
+        next.validate()?;
+        *self = next;
+        Ok(())
+    }
+
+    /// Checks every field against its accepted range.
+    pub fn validate(&self) -> Result<()> {
+        for (key, bytes) in [
+            (RANGE_MEMORY, self.memory_bytes),
+            (RANGE_DISK_CAPACITY, self.disk_bytes),
+        ] {
+            if !(MIN_TIER..=MAX_BYTES).contains(&bytes) {
+                return Err(range_error(
+                    key,
+                    &bytes.to_string(),
+                    "a size from 1MiB to 1PiB such as 512MiB or 4GiB",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The largest entry a tier of `capacity` bytes keeps: an eighth, so one download cannot
+    /// flush most of a tier.
+    pub fn max_entry_bytes(capacity: u64) -> u64 {
+        capacity / 8
+    }
+}
+
 /// Parses an on/off setting: `true`/`false`, `on`/`off` or `1`/`0`.
 pub fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {

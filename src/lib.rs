@@ -30,6 +30,7 @@ pub mod config;
 pub mod handle;
 pub mod index;
 pub mod prefetch;
+pub mod range;
 pub mod sql;
 pub mod stats;
 pub mod table;
@@ -41,17 +42,24 @@ use std::time::Duration;
 use datafusion::error::Result;
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 
-pub use config::{HandleConfig, IndexConfig, PrefetchConfig};
+pub use config::{HandleConfig, IndexConfig, PrefetchConfig, RangeConfig};
 pub use handle::{CachingObjectStore, HandleCache, HandleStats, ObjectChanged};
 pub use index::{IndexCache, IndexStats};
 pub use prefetch::{PrefetchStats, Prefetcher};
+pub use range::{RangeCache, RangeStats};
 pub use stats::CacheStats;
 pub use table::{LakeScanRule, LakeTable, LakeTableFactory};
 
 /// How every cache names a store: the scheme, host and port of its URL (`s3://bucket`,
 /// `file://`), whatever path or trailing slash the URL was written with.
 pub fn store_key(store_url: &url::Url) -> Arc<str> {
-    store_url[..url::Position::BeforePath].into()
+    // Built from its parts: `memory://` and `memory:` (no authority) must name one store.
+    let host = store_url.host_str().unwrap_or_default();
+    match store_url.port() {
+        Some(port) => format!("{}://{host}:{port}", store_url.scheme()),
+        None => format!("{}://{host}", store_url.scheme()),
+    }
+    .into()
 }
 
 /// The shared state of the crate: one per process, cheap to clone, shared by every session
@@ -60,6 +68,7 @@ pub fn store_key(store_url: &url::Url) -> Arc<str> {
 pub struct LakeCache {
     handles: HandleCache,
     index: IndexCache,
+    ranges: RangeCache,
     prefetch: Arc<PrefetchConfig>,
     prefetch_counters: Arc<prefetch::PrefetchCounters>,
 }
@@ -78,6 +87,11 @@ impl LakeCache {
     /// The index cache: Parquet footers, page indexes and bloom filters.
     pub fn index(&self) -> &IndexCache {
         &self.index
+    }
+
+    /// The range cache: bytes of remote objects, in memory and on local disk.
+    pub fn ranges(&self) -> &RangeCache {
+        &self.ranges
     }
 
     /// The settings scans prefetch with.
@@ -115,6 +129,7 @@ impl LakeCache {
         LakeStats {
             handles: self.handles.stats(),
             index: self.index.stats(),
+            ranges: self.ranges.stats(),
             prefetch: self.prefetch_counters.snapshot(),
         }
     }
@@ -125,12 +140,14 @@ impl LakeCache {
     pub fn invalidate(&self, store_url: &url::Url, path: &object_store::path::Path) {
         self.handles.invalidate_object(store_url, path);
         self.index.invalidate(store_url, path);
+        self.ranges.invalidate(store_url, path);
     }
 
     /// Drops every cached entry.
     pub fn clear(&self) {
         self.handles.clear();
         self.index.clear();
+        self.ranges.clear();
     }
 }
 
@@ -141,6 +158,8 @@ pub struct LakeStats {
     pub handles: HandleStats,
     /// The index cache.
     pub index: IndexStats,
+    /// The range cache.
+    pub ranges: RangeStats,
     /// Prefetching, over every scan so far.
     pub prefetch: PrefetchStats,
 }
@@ -155,6 +174,8 @@ impl LakeStats {
             ("handle.listings", h.listings),
             ("handle.files", h.files),
             ("index", self.index.cache),
+            ("range.memory", self.ranges.memory),
+            ("range.disk", self.ranges.disk),
         ] {
             rows.extend([
                 (cache, "hits", s.hits),
@@ -172,6 +193,21 @@ impl LakeStats {
             ("index", "footer_loads", self.index.footer_loads),
             ("index", "bloom_loads", self.index.bloom_loads),
             ("index", "rejected", self.index.rejected),
+        ]);
+        let r = &self.ranges;
+        rows.extend([
+            ("range.memory", "bytes", r.memory_bytes),
+            ("range.memory", "capacity", r.memory_capacity),
+            ("range.memory", "bytes_served", r.bytes_from_memory),
+            ("range.disk", "bytes", r.disk_bytes),
+            ("range.disk", "capacity", r.disk_capacity),
+            ("range.disk", "bytes_served", r.bytes_from_disk),
+            ("range.disk", "corrupt", r.disk_corrupt),
+            ("range.disk", "writes", r.disk_writes),
+            ("range.disk", "write_errors", r.disk_write_errors),
+            ("range.disk", "skipped", r.disk_skipped),
+            ("range", "bytes_from_store", r.bytes_from_store),
+            ("range", "too_large", r.too_large),
         ]);
         let p = &self.prefetch;
         rows.extend([
@@ -198,6 +234,7 @@ pub struct LakeCacheBuilder {
     handle: HandleConfig,
     index: IndexConfig,
     prefetch: PrefetchConfig,
+    range: RangeConfig,
     error: Option<String>,
 }
 
@@ -265,6 +302,27 @@ impl LakeCacheBuilder {
         self
     }
 
+    /// Bytes of remote objects kept in memory (default 1 GiB).
+    pub fn range_memory_bytes(mut self, bytes: u64) -> Self {
+        self.range.memory_bytes = bytes;
+        self
+    }
+
+    /// Keeps bytes of remote objects on local disk too, in `dir`, up to `bytes` (default:
+    /// no disk tier). Entries a previous process left in `dir` are reused for the same
+    /// object versions.
+    pub fn range_disk(mut self, dir: impl Into<std::path::PathBuf>, bytes: u64) -> Self {
+        self.range.disk_dir = Some(dir.into());
+        self.range.disk_bytes = bytes;
+        self
+    }
+
+    /// Whether bytes of remote objects are kept at all (default on).
+    pub fn range_cache(mut self, enabled: bool) -> Self {
+        self.range.enabled = enabled;
+        self
+    }
+
     /// Sets a setting from its `lakecache.*` key and a string value, as SQL `SET` does.
     /// A bad value is reported by [`LakeCacheBuilder::build`].
     pub fn set(mut self, key: &str, value: &str) -> Self {
@@ -272,6 +330,8 @@ impl LakeCacheBuilder {
             self.index.set(key, value)
         } else if key.starts_with("lakecache.prefetch.") {
             self.prefetch.set(key, value)
+        } else if key.starts_with("lakecache.range.") {
+            self.range.set(key, value)
         } else {
             self.handle.set(key, value)
         };
@@ -295,6 +355,7 @@ impl LakeCacheBuilder {
         Ok(LakeCache {
             handles: HandleCache::try_new(self.handle)?,
             index: IndexCache::try_new(self.index)?,
+            ranges: RangeCache::try_new(self.range)?,
             prefetch: Arc::new(self.prefetch),
             prefetch_counters: Arc::default(),
         })
@@ -304,6 +365,22 @@ impl LakeCacheBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_is_named_by_scheme_host_and_port_alone() {
+        for (a, b) in [
+            ("memory://", "memory:"),
+            ("s3://bucket", "s3://bucket/some/path/"),
+            ("http://host:8080/x", "http://host:8080"),
+            ("file:///", "file://"),
+        ] {
+            let key = |u: &str| store_key(&url::Url::parse(u).unwrap());
+            assert_eq!(key(a), key(b), "{a} and {b}");
+        }
+        let key = |u: &str| store_key(&url::Url::parse(u).unwrap());
+        assert_ne!(key("s3://a"), key("s3://b"));
+        assert_ne!(key("http://h:1"), key("http://h:2"));
+    }
 
     #[test]
     fn builder_refuses_bad_settings_with_their_name() {

@@ -1,6 +1,9 @@
 //! Prefetching through an installed session: one request per cold small file, many in flight,
 //! the chunks DataFusion reads and no others, the memory pool respected, failures read again,
 //! and nothing fetched once a query's stream is gone.
+//!
+//! The range cache is off here: with it, repeated queries of a remote lake make no requests
+//! at all (tests/range.rs), which would hide what prefetching does.
 
 mod common;
 
@@ -36,7 +39,7 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
     for b in backends("prefetch_small") {
         let files = 24;
         b.write(&LakeSpec::small_files(files)).await;
-        let lake = LakeCache::builder().build().unwrap();
+        let lake = LakeCache::builder().range_cache(false).build().unwrap();
         let counted = b.counting();
         let ctx = session(&b, counted.clone(), &lake, SessionStateBuilder::new()).await;
         for sql in WORKLOAD {
@@ -91,6 +94,7 @@ async fn large_files_prefetch_exactly_the_chunks_datafusion_reads() {
         b.write(&spec).await;
         // Every file counts as large, and chunks are split into 64 KiB requests.
         let lake = LakeCache::builder()
+            .range_cache(false)
             .set("lakecache.prefetch.small_file", "1KiB")
             .set("lakecache.prefetch.split_size", "64KiB")
             .build()
@@ -164,7 +168,7 @@ async fn a_dropped_stream_aborts_its_downloads_and_starts_none() {
     let b = local_backend();
     let files = 120;
     b.write(&LakeSpec::small_files(files)).await;
-    let lake = LakeCache::builder().build().unwrap();
+    let lake = LakeCache::builder().range_cache(false).build().unwrap();
     let tap = tapped(&b);
     let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
     tap.above.reset();
@@ -203,7 +207,7 @@ async fn a_dropped_stream_aborts_its_downloads_and_starts_none() {
 async fn a_limit_reads_a_few_files() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(120)).await;
-    let lake = LakeCache::builder().build().unwrap();
+    let lake = LakeCache::builder().range_cache(false).build().unwrap();
     let tap = tapped(&b);
     let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
     tap.above.reset();
@@ -232,7 +236,7 @@ async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
         .with_memory_limit(limit, 1.0)
         .build_arc()
         .unwrap();
-    let lake = LakeCache::builder().build().unwrap();
+    let lake = LakeCache::builder().range_cache(false).build().unwrap();
     let builder = SessionStateBuilder::new().with_runtime_env(runtime);
     let ctx = session(&b, b.raw.clone(), &lake, builder).await;
     assert_eq!(rows(&ctx, sql).await.unwrap(), want);
@@ -244,6 +248,7 @@ async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
     // A budget of two files: never more reserved than the budget.
     let budget = 2 * file as u64;
     let lake = LakeCache::builder()
+        .range_cache(false)
         .prefetch_buffer_bytes(budget / 4)
         .prefetch_max_bytes(budget)
         .build()
@@ -260,7 +265,7 @@ async fn a_failed_prefetch_is_read_again_by_the_reader() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(12)).await;
     let faults = Arc::new(FaultStore::new(Arc::clone(&b.raw)));
-    let lake = LakeCache::builder().build().unwrap();
+    let lake = LakeCache::builder().range_cache(false).build().unwrap();
     let ctx = session(&b, faults.clone(), &lake, SessionStateBuilder::new()).await;
     let sql = WORKLOAD[2];
     let want = scan(&b, b.raw.clone(), sql).await.unwrap();
@@ -276,7 +281,7 @@ async fn a_failed_prefetch_is_read_again_by_the_reader() {
 async fn explain_analyze_shows_the_scans_cache_and_prefetch_figures() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(6)).await;
-    let lake = LakeCache::builder().build().unwrap();
+    let lake = LakeCache::builder().range_cache(false).build().unwrap();
     let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
     let explain = |sql: &str| {
         let ctx = ctx.clone();

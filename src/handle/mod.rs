@@ -212,7 +212,13 @@ impl HandleCache {
             path: meta.location.clone(),
         };
         match self.inner.metas.get(&key) {
-            Some(cached) if same_version(&cached, meta) => {}
+            Some(cached) if same_version(&cached, meta) => {
+                if cached.e_tag.is_none() && meta.e_tag.is_some() {
+                    // Learn the e_tag a listing left out: reads of the object can then be
+                    // guarded by it (and its ranges cached).
+                    self.inner.metas.insert(key, meta.clone());
+                }
+            }
             Some(_) => {
                 self.inner.version_changes.fetch_add(1, Relaxed);
                 self.inner.metas.insert(key, meta.clone());
@@ -288,15 +294,33 @@ fn covers(prefix: Option<&Path>, path: &Path) -> bool {
 
 /// Whether two observations of one object show the same version. With e_tags on both sides
 /// the e_tag decides; otherwise the modification time. Sizes must always agree. Listings and
-/// HEADs report modification times at different precisions on some stores, so the time is
-/// only compared when there is no e_tag.
+/// HEADs report modification times at different precisions on some stores (milliseconds
+/// against whole seconds), so when only one side has an e_tag the times need only agree
+/// within a second.
 pub(crate) fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
     if a.size != b.size || a.version != b.version {
         return false;
     }
     match (&a.e_tag, &b.e_tag) {
         (Some(x), Some(y)) => x == y,
-        _ => a.last_modified == b.last_modified,
+        (None, None) => a.last_modified == b.last_modified,
+        // A listing without e_tags (millisecond times) against a HEAD or GET (whole seconds).
+        _ => (a.last_modified - b.last_modified).abs() < chrono::TimeDelta::seconds(1),
+    }
+}
+
+impl HandleCache {
+    /// What the cache knows of the version `meta` describes: its cached metadata if that is
+    /// the same version (it may carry an e_tag `meta` lacks), else `meta` itself.
+    pub(crate) fn best_meta(&self, store: &Arc<str>, meta: &ObjectMeta) -> ObjectMeta {
+        let key = ObjectKey {
+            store: Arc::clone(store),
+            path: meta.location.clone(),
+        };
+        match self.inner.metas.get(&key) {
+            Some(cached) if same_version(&cached, meta) => cached,
+            _ => meta.clone(),
+        }
     }
 }
 

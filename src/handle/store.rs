@@ -23,6 +23,9 @@ use url::Url;
 
 use super::files::OpenFile;
 use super::{HandleCache, ListKey, ListKind, Listing, ObjectKey};
+use crate::index::ObjectVersion;
+use crate::range::RangeCache;
+use crate::range::figures::{self, Source};
 
 /// The error a read reports when the object was replaced while it was being read, twice in a
 /// row. Returned inside [`object_store::Error::Generic`]; find it with
@@ -86,6 +89,8 @@ pub struct CachingObjectStore<S: ObjectStore> {
     local: Option<Arc<LocalFileSystem>>,
     /// Cleared the first time the inner store refuses `If-Match`.
     if_match: Arc<AtomicBool>,
+    /// Where ranged reads of a known version are kept and served from.
+    ranges: Option<RangeCache>,
 }
 
 impl<S: ObjectStore> Clone for CachingObjectStore<S> {
@@ -96,6 +101,7 @@ impl<S: ObjectStore> Clone for CachingObjectStore<S> {
             cache: self.cache.clone(),
             local: self.local.clone(),
             if_match: Arc::clone(&self.if_match),
+            ranges: self.ranges.clone(),
         }
     }
 }
@@ -123,7 +129,16 @@ impl<S: ObjectStore> CachingObjectStore<S> {
             cache: cache.clone(),
             local: any.downcast::<LocalFileSystem>().ok(),
             if_match: Arc::new(AtomicBool::new(true)),
+            ranges: None,
         }
+    }
+
+    /// Keeps the bytes of ranged reads in `ranges` and serves reads from it. Only reads of a
+    /// version known by its e_tag are kept, and fetched under `If-Match`, so a replaced
+    /// object is never served from an older version's bytes.
+    pub fn with_range_cache(mut self, ranges: RangeCache) -> Self {
+        self.ranges = Some(ranges);
+        self
     }
 
     /// Declares that the inner store's objects are the files `files` resolves, so they are
@@ -183,15 +198,60 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         result
     }
 
-    fn cached_e_tag(&self, location: &Path) -> Option<String> {
+    /// The cached metadata of `location` and its e_tag, if reads can be guarded by it.
+    fn guarded_version(&self, location: &Path) -> Option<(ObjectMeta, String)> {
         if !self.if_match.load(Relaxed) {
             return None;
         }
+        let meta = self.cache.peek_meta(&self.key(location))?;
         // A weak e_tag never matches under If-Match (RFC 9110 compares strongly).
-        self.cache
-            .peek_meta(&self.key(location))?
-            .e_tag
-            .filter(|e| !e.starts_with("W/"))
+        let e_tag = meta.e_tag.clone().filter(|e| !e.starts_with("W/"))?;
+        Some((meta, e_tag))
+    }
+
+    /// [`Self::guarded_version`], learning the e_tag with a HEAD when the listing left it out
+    /// and the disk tier holds bytes of the object: one metadata request instead of reading
+    /// its data again.
+    async fn version_for_read(&self, location: &Path) -> Result<Option<(ObjectMeta, String)>> {
+        if let Some(version) = self.guarded_version(location) {
+            return Ok(Some(version));
+        }
+        let held = self
+            .ranges
+            .as_ref()
+            .is_some_and(|r| r.may_hold(&self.store, location));
+        if held && self.if_match.load(Relaxed) {
+            self.head_inner(location).await?;
+            return Ok(self.guarded_version(location));
+        }
+        Ok(None)
+    }
+
+    fn cached_e_tag(&self, location: &Path) -> Option<String> {
+        self.guarded_version(location).map(|(_, e_tag)| e_tag)
+    }
+
+    /// Reads `ranges` of the version `meta` (whose e_tag is `e_tag`): through the range
+    /// cache if there is one, else from the store under `If-Match`.
+    async fn read_version(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+        meta: &ObjectMeta,
+        e_tag: &str,
+    ) -> Result<Vec<Bytes>> {
+        let fetch = |wanted: Vec<Range<u64>>| async move {
+            self.get_ranges_if_match(location, &wanted, e_tag).await
+        };
+        match &self.ranges {
+            Some(cache) => {
+                let object = ObjectVersion::with_store_key(Arc::clone(&self.store), meta);
+                cache.read_through(&object, ranges, fetch).await
+            }
+            None => fetch(ranges.to_vec())
+                .await
+                .inspect(|b| record_store_bytes(b)),
+        }
     }
 
     /// Reads `ranges` of a local file through a cached descriptor; `ranges` maps the file
@@ -270,6 +330,39 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         .await
     }
 
+    /// Keeps the bytes of `response`, a ranged read made without knowing the object's
+    /// e_tag, if the response shows a strong one: they are of that version.
+    async fn keep(
+        &self,
+        ranges: &RangeCache,
+        location: &Path,
+        response: GetResult,
+    ) -> Result<GetResult> {
+        let strong = response
+            .meta
+            .e_tag
+            .as_deref()
+            .is_some_and(|e| !e.starts_with("W/"));
+        if !strong {
+            return Ok(response);
+        }
+        let (meta, range) = (response.meta.clone(), response.range.clone());
+        let attributes = response.attributes.clone();
+        let bytes = response.bytes().await?;
+        if bytes.len() as u64 == range.end - range.start {
+            let object = ObjectVersion::with_store_key(Arc::clone(&self.store), &meta);
+            ranges.insert(&object, range.start, bytes.clone());
+        }
+        ranges.count_fetched(bytes.len() as u64);
+        debug_assert_eq!(meta.location, *location);
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(stream::once(async { Ok(bytes) }).boxed()),
+            range,
+            meta,
+            attributes,
+        })
+    }
+
     /// A HEAD of the inner store, recorded in the cache.
     async fn head_inner(&self, location: &Path) -> Result<ObjectMeta> {
         let head = self
@@ -278,6 +371,13 @@ impl<S: ObjectStore> CachingObjectStore<S> {
             .await;
         self.observe(location, head, |r| &r.meta).map(|r| r.meta)
     }
+}
+
+/// Counts bytes read from the store in the current scan's figures (when a scan's reader
+/// reads), as the range cache counts the bytes it fetches.
+fn record_store_bytes(bytes: &[Bytes]) {
+    let total = bytes.iter().map(|b| b.len() as u64).sum();
+    figures::record_scan(Source::Store, total);
 }
 
 fn is_unconditional(options: &GetOptions) -> bool {
@@ -370,6 +470,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
                     })
             };
             let (file, ranges, mut bytes) = self.read_local(location, path?, ranges).await?;
+            record_store_bytes(&bytes);
             return Ok(GetResult {
                 payload: GetResultPayload::Stream(stream::iter(bytes.pop().map(Ok)).boxed()),
                 range: ranges[0].clone(),
@@ -377,7 +478,30 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
                 attributes: Attributes::default(),
             });
         }
-        if let Some(e_tag) = self.cached_e_tag(location) {
+        if self.ranges.is_some()
+            && let Some((meta, e_tag)) = self.version_for_read(location).await?
+            && let Ok(bounded) = range.as_range(meta.size)
+        {
+            match self
+                .read_version(location, std::slice::from_ref(&bounded), &meta, &e_tag)
+                .await
+            {
+                Ok(mut bytes) => {
+                    return Ok(GetResult {
+                        payload: GetResultPayload::Stream(
+                            stream::iter(bytes.pop().map(Ok)).boxed(),
+                        ),
+                        range: bounded,
+                        meta,
+                        attributes: Attributes::default(),
+                    });
+                }
+                // Replaced since we cached it: drop the entry, read the new version below.
+                Err(Error::Precondition { .. }) => self.forget(location),
+                Err(e) if is_unsupported(&e) => self.if_match.store(false, Relaxed),
+                Err(e) => return self.observe(location, Err(e), |r: &GetResult| &r.meta),
+            }
+        } else if let Some(e_tag) = self.cached_e_tag(location) {
             let guarded = options.clone().with_if_match(Some(e_tag));
             match self.inner.get_opts(location, guarded).await {
                 // Replaced since we cached it: drop the entry, read the new version below.
@@ -387,7 +511,11 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             }
         }
         let result = self.inner.get_opts(location, options).await;
-        self.observe(location, result, |r| &r.meta)
+        let result = self.observe(location, result, |r| &r.meta)?;
+        match &self.ranges {
+            Some(ranges) => self.keep(ranges, location, result).await,
+            None => Ok(result),
+        }
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
@@ -396,26 +524,40 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             let (_, _, bytes) = self
                 .read_local(location, path?, move |_| Ok(wanted))
                 .await?;
+            record_store_bytes(&bytes);
             return Ok(bytes);
         }
-        let Some(mut e_tag) = self.cached_e_tag(location) else {
-            let result = self.inner.get_ranges(location, ranges).await;
-            if let Err(Error::NotFound { .. }) = &result {
-                self.forget(location);
-            }
-            return result;
-        };
         let mut retried = false;
         loop {
-            match self.get_ranges_if_match(location, ranges, &e_tag).await {
+            let Some((meta, e_tag)) = self.version_for_read(location).await? else {
+                let result = match &self.ranges {
+                    // One request per coalesced range, as object_store's own `get_ranges`,
+                    // but through `get_opts`: the responses show the object's e_tag.
+                    // (`get_opts` keeps and counts the bytes.)
+                    Some(_) => {
+                        let read = |range| async move {
+                            let options = GetOptions::new().with_range(Some(range));
+                            self.get_opts(location, options).await?.bytes().await
+                        };
+                        coalesce_ranges(ranges, read, OBJECT_STORE_COALESCE_DEFAULT).await
+                    }
+                    None => self
+                        .inner
+                        .get_ranges(location, ranges)
+                        .await
+                        .inspect(|b| record_store_bytes(b)),
+                };
+                if let Err(Error::NotFound { .. }) = &result {
+                    self.forget(location);
+                }
+                return result;
+            };
+            match self.read_version(location, ranges, &meta, &e_tag).await {
                 Err(Error::Precondition { .. }) if !retried => {
                     // Replaced: learn the new version, then read all ranges from it.
                     self.forget(location);
                     retried = true;
-                    match self.head_inner(location).await?.e_tag {
-                        Some(new) => e_tag = new,
-                        None => return self.inner.get_ranges(location, ranges).await,
-                    }
+                    self.head_inner(location).await?;
                 }
                 Err(Error::Precondition { .. }) => {
                     self.forget(location);
@@ -428,7 +570,11 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
                 }
                 Err(e) if is_unsupported(&e) => {
                     self.if_match.store(false, Relaxed);
-                    return self.inner.get_ranges(location, ranges).await;
+                    return self
+                        .inner
+                        .get_ranges(location, ranges)
+                        .await
+                        .inspect(|b| record_store_bytes(b));
                 }
                 Err(e @ Error::NotFound { .. }) => {
                     self.forget(location);

@@ -38,17 +38,7 @@ pub struct ObjectVersion {
 impl ObjectVersion {
     /// The version `meta` describes, of an object in the store at `store_url`.
     pub fn new(store_url: &Url, meta: &ObjectMeta) -> Self {
-        let tag = match (&meta.version, &meta.e_tag) {
-            (Some(v), _) => format!("v:{v}"),
-            (None, Some(e)) => format!("e:{e}"),
-            (None, None) => format!("t:{}", meta.last_modified.timestamp_micros()),
-        };
-        Self {
-            store: crate::store_key(store_url),
-            path: meta.location.clone(),
-            size: meta.size,
-            tag: tag.into(),
-        }
+        Self::with_store_key(crate::store_key(store_url), meta)
     }
 
     /// The object's path.
@@ -59,6 +49,32 @@ impl ObjectVersion {
     /// The object's size in bytes.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The store key (scheme, host and port of the store's URL).
+    pub(crate) fn store(&self) -> &Arc<str> {
+        &self.store
+    }
+
+    /// A text naming this version exactly, stable across processes: what the disk tier
+    /// writes into each entry and checks on reading it back.
+    pub(crate) fn canonical(&self) -> String {
+        format!("{}\n{}\n{}\n{}", self.store, self.path, self.size, self.tag)
+    }
+
+    /// The version `meta` describes, of an object in the store whose key is `store`.
+    pub(crate) fn with_store_key(store: Arc<str>, meta: &ObjectMeta) -> Self {
+        let tag = match (&meta.version, &meta.e_tag) {
+            (Some(v), _) => format!("v:{v}"),
+            (None, Some(e)) => format!("e:{e}"),
+            (None, None) => format!("t:{}", meta.last_modified.timestamp_micros()),
+        };
+        Self {
+            store,
+            path: meta.location.clone(),
+            size: meta.size,
+            tag: tag.into(),
+        }
     }
 
     fn same_object(&self, other: &Self) -> bool {

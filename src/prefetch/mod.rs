@@ -48,8 +48,11 @@ use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use url::Url;
 
+use crate::LakeCache;
 use crate::config::PrefetchConfig;
+use crate::handle::HandleCache;
 use crate::index::{IndexCache, ObjectVersion};
+use crate::range::RangeCache;
 use crate::table::load_footer;
 use controller::Controller;
 pub use figures::PrefetchStats;
@@ -76,6 +79,11 @@ struct Scan {
     store: Arc<dyn ObjectStore>,
     store_url: Url,
     index: IndexCache,
+    /// Where bytes already kept are found (pieces it holds are not fetched) and downloads
+    /// are kept; `None` for stores it does not cache.
+    ranges: Option<RangeCache>,
+    /// What is known of each file's version (an e_tag its listing may have lacked).
+    handles: HandleCache,
     plan: ScanPlan,
     config: PrefetchConfig,
     metadata_size_hint: Option<usize>,
@@ -164,10 +172,9 @@ impl Prefetcher {
         options: &ConfigOptions,
         store: Arc<dyn ObjectStore>,
         store_url: &Url,
-        index: &IndexCache,
+        lake: &LakeCache,
         pool: Arc<dyn MemoryPool>,
         settings: &PrefetchConfig,
-        counters: Arc<PrefetchCounters>,
     ) -> Option<Self> {
         if !settings.enabled {
             return None;
@@ -180,12 +187,17 @@ impl Prefetcher {
             shared: Arc::new(Scan {
                 store,
                 store_url: store_url.clone(),
-                index: index.clone(),
+                index: lake.index().clone(),
+                ranges: lake
+                    .ranges()
+                    .applies_to(store_url)
+                    .then(|| lake.ranges().clone()),
+                handles: lake.handles().clone(),
                 plan,
                 config: settings.clone(),
                 metadata_size_hint: options.execution.parquet.metadata_size_hint,
                 pool,
-                figures: Figures::new(counters),
+                figures: Figures::new(lake.prefetch_counters()),
                 state: Mutex::new(State {
                     generation: 0,
                     running: false,
@@ -243,8 +255,25 @@ impl Scan {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `meta` as the handle cache knows that version: with its e_tag, if any was seen.
+    fn known(&self, meta: &ObjectMeta) -> ObjectMeta {
+        self.handles
+            .best_meta(&crate::store_key(&self.store_url), meta)
+    }
+
+    /// The key of `meta` in the index cache, as readers key it.
     fn object(&self, meta: &ObjectMeta) -> ObjectVersion {
         ObjectVersion::new(&self.store_url, meta)
+    }
+
+    /// Whether the range cache holds every byte of `range` of `meta`.
+    fn kept(&self, meta: &ObjectMeta, range: Range<u64>) -> bool {
+        self.ranges.as_ref().is_some_and(|r| {
+            r.covers(
+                &ObjectVersion::new(&self.store_url, &self.known(meta)),
+                range,
+            )
+        })
     }
 
     fn start(&self, state: &mut State) {
@@ -313,6 +342,10 @@ impl Scan {
             return;
         }
         let work = if meta.size <= self.config.small_file_bytes {
+            if self.kept(&meta, 0..meta.size) {
+                // Readers find the whole file in the range cache.
+                return;
+            }
             entry.units.insert(0, Unit::queued(0..meta.size, true));
             Work::Unit(path.clone(), 0)
         } else {
@@ -499,7 +532,10 @@ impl Scan {
         let mut works = Vec::new();
         let mut last_end = 0;
         for range in pieces {
-            if range.start < last_end || range.end > entry.meta.size {
+            if range.start < last_end
+                || range.end > entry.meta.size
+                || self.kept(&entry.meta, range.clone())
+            {
                 continue;
             }
             last_end = range.end;
@@ -524,13 +560,22 @@ impl Scan {
     ) -> Option<Download> {
         let entry = state.files.get(path)?;
         let unit = entry.units.get(&start)?;
-        let (meta, range) = (entry.meta.clone(), unit.range.clone());
+        let (meta, range) = (self.known(&entry.meta), unit.range.clone());
         let scan = Arc::clone(self);
         let generation = state.generation;
         let task = async move {
             let began = Instant::now();
             let bytes = fetch(&scan.store, &meta, range.clone()).await;
             debug_assert_eq!(range.start, start);
+            let guarded = meta.e_tag.as_deref().is_some_and(|e| !e.starts_with("W/"));
+            if let (Some(ranges), Some((bytes, _)), true) = (&scan.ranges, &bytes, guarded) {
+                // `fetch` read it under If-Match of this version's e_tag.
+                ranges.insert(
+                    &ObjectVersion::new(&scan.store_url, &meta),
+                    start,
+                    bytes.clone(),
+                );
+            }
             let ttfb = bytes.as_ref().map_or(began.elapsed(), |(_, t)| *t);
             scan.unit_arrived(generation, &meta.location, range, bytes.is_some(), ttfb);
             bytes.map(|(b, _)| b)

@@ -6,7 +6,7 @@
 //! must keep it to be read back.
 //!
 //! Prefetching settings belong to the session: `SET lakecache.prefetch.max_in_flight = 16`
-//! changes that session's next scans. The handle and index cache settings belong to the
+//! changes that session's next scans. The handle, index and range cache settings belong to the
 //! `LakeCache` every installed session shares; they are listed with their values, and a
 //! `SET` to another value is refused with the way to change them, rather than silently
 //! applying to other sessions' caches.
@@ -22,11 +22,12 @@ use crate::config::{
     HANDLE_CAPACITY, HANDLE_IDLE_TIMEOUT, HANDLE_LIST_TTL, HANDLE_MAX_OPEN_FILES, HANDLE_TTL,
     HandleConfig, INDEX_CAPACITY, INDEX_MAX_ENTRY_PERCENT, IndexConfig, PREFETCH_BUFFER,
     PREFETCH_ENABLED, PREFETCH_MAX_BYTES, PREFETCH_MAX_IN_FLIGHT, PREFETCH_SMALL_FILE,
-    PREFETCH_SPLIT, PrefetchConfig,
+    PREFETCH_SPLIT, PrefetchConfig, RANGE_DISK_CAPACITY, RANGE_DISK_DIR, RANGE_ENABLED,
+    RANGE_MEMORY, RangeConfig,
 };
 
 /// Every `lakecache.*` key with its description, in the order `SHOW ALL` lists them.
-const KEYS: [(&str, &str); 13] = [
+const KEYS: [(&str, &str); 17] = [
     (
         HANDLE_CAPACITY,
         "Object metadata entries (HEAD, GET and LIST results) the handle cache keeps. Shared by every session of the LakeCache.",
@@ -79,6 +80,22 @@ const KEYS: [(&str, &str); 13] = [
         PREFETCH_SPLIT,
         "Ranges longer than this are fetched as parallel requests of this size (at least 64KiB).",
     ),
+    (
+        RANGE_ENABLED,
+        "Whether bytes read from remote stores are kept (memory, and disk if configured) and served again. Shared.",
+    ),
+    (
+        RANGE_MEMORY,
+        "Bytes of remote objects kept in memory; ranges read twice win over ranges read once. Shared.",
+    ),
+    (
+        RANGE_DISK_DIR,
+        "Directory where bytes of remote objects are also kept, checksummed, across restarts; empty = no disk tier. Shared.",
+    ),
+    (
+        RANGE_DISK_CAPACITY,
+        "Bytes the disk tier keeps; least recently used ranges go first. Shared.",
+    ),
 ];
 
 /// The `lakecache.*` settings of one session. [`LakeCache::install`] registers them.
@@ -86,6 +103,7 @@ const KEYS: [(&str, &str); 13] = [
 pub struct LakeOptions {
     handle: HandleConfig,
     index: IndexConfig,
+    range: RangeConfig,
     /// This session's prefetching settings.
     pub prefetch: PrefetchConfig,
 }
@@ -97,6 +115,7 @@ impl LakeOptions {
         Self {
             handle: lake.handles().config().clone(),
             index: lake.index().config().clone(),
+            range: lake.ranges().config().clone(),
             prefetch: lake.prefetch_config().clone(),
         }
     }
@@ -119,6 +138,14 @@ impl LakeOptions {
             PREFETCH_MAX_BYTES => format_bytes(p.max_bytes),
             PREFETCH_SMALL_FILE => format_bytes(p.small_file_bytes),
             PREFETCH_SPLIT => format_bytes(p.split_bytes),
+            RANGE_ENABLED => self.range.enabled.to_string(),
+            RANGE_MEMORY => format_bytes(self.range.memory_bytes),
+            RANGE_DISK_DIR => self
+                .range
+                .disk_dir
+                .as_ref()
+                .map_or(String::new(), |d| d.display().to_string()),
+            RANGE_DISK_CAPACITY => format_bytes(self.range.disk_bytes),
             _ => String::new(),
         }
     }
@@ -152,6 +179,8 @@ impl ExtensionOptions for LakeOptions {
             after.handle.set(&key, value)?;
         } else if key.starts_with("lakecache.index.") {
             after.index.set(&key, value)?;
+        } else if key.starts_with("lakecache.range.") {
+            after.range.set(&key, value)?;
         } else {
             let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
             return Err(DataFusionError::Configuration(format!(
@@ -232,7 +261,12 @@ mod tests {
         assert_eq!(entries.len(), KEYS.len());
         for e in entries {
             assert!(e.key.starts_with("lakecache."), "{}", e.key);
-            assert!(e.value.is_some_and(|v| !v.is_empty()), "{}", e.key);
+            let empty_means_off = e.key == RANGE_DISK_DIR;
+            assert!(
+                e.value.is_some_and(|v| empty_means_off || !v.is_empty()),
+                "{}",
+                e.key
+            );
         }
     }
 }

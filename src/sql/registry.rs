@@ -1,6 +1,7 @@
 //! [`LakeObjectStoreRegistry`]: every object store a session registers is handed out wrapped
-//! in a [`CachingObjectStore`], so plain `ListingTable`s, other table providers and Ballista
-//! executors get handle caching without plan changes.
+//! in a [`CachingObjectStore`] (with the range cache for remote stores), so plain
+//! `ListingTable`s, other table providers and Ballista executors get handle and range caching
+//! without plan changes.
 
 use std::sync::Arc;
 
@@ -49,7 +50,11 @@ impl LakeObjectStoreRegistry {
                 handles,
             ));
         }
-        Arc::new(CachingObjectStore::new(store, url, handles))
+        let mut wrapped = CachingObjectStore::new(store, url, handles);
+        if self.lake.ranges().applies_to(url) {
+            wrapped = wrapped.with_range_cache(self.lake.ranges().clone());
+        }
+        Arc::new(wrapped)
     }
 }
 

@@ -109,6 +109,18 @@ fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
             Some(lake.index().config().capacity_bytes),
             s.index.cache,
         ),
+        counted(
+            "range.memory",
+            Some(s.ranges.memory_bytes),
+            Some(s.ranges.memory_capacity),
+            s.ranges.memory,
+        ),
+        counted(
+            "range.disk",
+            Some(s.ranges.disk_bytes),
+            Some(s.ranges.disk_capacity),
+            s.ranges.disk,
+        ),
         // Prefetching holds bytes only while a scan runs; its own figures are in
         // lakecache_metrics().
         CacheRow {
@@ -188,6 +200,8 @@ impl TableFunctionImpl for LakeStatsFunction {
                     ("handle.listings", stats.handles.listings.entries),
                     ("handle.files", stats.handles.files.entries),
                     ("index", stats.index.cache.entries),
+                    ("range.memory", stats.ranges.memory.entries),
+                    ("range.disk", stats.ranges.disk.entries),
                 ];
                 let schema = Schema::new(vec![
                     Field::new("cache", DataType::Utf8, false),

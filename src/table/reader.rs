@@ -32,6 +32,7 @@ use url::Url;
 
 use crate::index::{IndexCache, ObjectVersion};
 use crate::prefetch::{FileLease, Prefetcher};
+use crate::range::ScanReads;
 
 /// Creates [`LakeReader`]s around the readers of an inner factory (normally DataFusion's
 /// `CachedParquetFileReaderFactory`).
@@ -54,9 +55,9 @@ struct ReaderMetrics {
     footer_misses: Count,
     bloom_hits: Count,
     bloom_misses: Count,
-    /// Bytes readers fetched from the store themselves (footers, bloom filters, data no
-    /// prefetch covered).
-    store_bytes: Count,
+    /// Where the bytes readers read themselves (footers, bloom filters, data no prefetch
+    /// covered) came from: the range cache's tiers or the store.
+    reads: ScanReads,
 }
 
 impl ReaderMetrics {
@@ -67,7 +68,7 @@ impl ReaderMetrics {
             footer_misses: m().global_counter("index_footer_misses"),
             bloom_hits: m().global_counter("index_bloom_hits"),
             bloom_misses: m().global_counter("index_bloom_misses"),
-            store_bytes: m().global_counter("bytes_from_store"),
+            reads: ScanReads::new(metrics),
         }
     }
 }
@@ -275,7 +276,7 @@ struct FileBytes {
     store: Arc<dyn ObjectStore>,
     path: object_store::path::Path,
     lease: Option<Arc<FileLease>>,
-    store_bytes: Count,
+    reads: ScanReads,
 }
 
 impl FileBytes {
@@ -285,9 +286,9 @@ impl FileBytes {
         {
             return Ok(bytes);
         }
-        let bytes = self.store.get_range(&self.path, range).await?;
-        self.store_bytes.add(bytes.len());
-        Ok(bytes)
+        self.reads
+            .scope(self.store.get_range(&self.path, range))
+            .await
     }
 }
 
@@ -297,16 +298,14 @@ impl LakeReader {
             store: Arc::clone(&self.store),
             path: self.meta.location.clone(),
             lease: self.lease.clone(),
-            store_bytes: self.figures.store_bytes.clone(),
+            reads: self.figures.reads.clone(),
         }
     }
 
-    /// Reads `ranges` through the inner reader, counting the bytes.
+    /// Reads `ranges` through the inner reader, counting where the bytes came from.
     async fn read_inner(&mut self, ranges: Vec<Range<u64>>) -> Result<Vec<Bytes>> {
-        let bytes = self.inner.get_byte_ranges(ranges).await?;
-        let total: usize = bytes.iter().map(Bytes::len).sum();
-        self.figures.store_bytes.add(total);
-        Ok(bytes)
+        let reads = self.figures.reads.clone();
+        reads.scope(self.inner.get_byte_ranges(ranges)).await
     }
 }
 
@@ -320,9 +319,8 @@ impl AsyncFileReader for LakeReader {
                 {
                     return Ok(bytes);
                 }
-                let bytes = self.inner.get_bytes(range).await?;
-                self.figures.store_bytes.add(bytes.len());
-                Ok(bytes)
+                let reads = self.figures.reads.clone();
+                reads.scope(self.inner.get_bytes(range)).await
             }
             .boxed();
         };

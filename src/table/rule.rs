@@ -72,13 +72,12 @@ impl PhysicalOptimizerRule for LakeScanRule {
                 options,
                 factory.store(),
                 store_url.as_ref(),
-                self.lake.index(),
+                &self.lake,
                 Arc::clone(&self.runtime.memory_pool),
                 options
                     .extensions
                     .get::<LakeOptions>()
                     .map_or(self.lake.prefetch_config(), |o| &o.prefetch),
-                self.lake.prefetch_counters(),
             );
             Ok(Some(Arc::new(factory.with_prefetcher(prefetcher))))
         })

@@ -71,6 +71,26 @@ pub fn local_backend() -> Backend {
     }
 }
 
+/// An in-memory store standing for a remote one (`memory://`): it has e_tags and honours
+/// `If-Match`, so the range cache applies to it as to S3.
+pub fn memory_backend() -> Backend {
+    Backend {
+        name: "memory",
+        store_url: Url::parse("memory://").unwrap(),
+        raw: Arc::new(object_store::memory::InMemory::new()),
+        prefix: Path::from("lake"),
+        local: None,
+        _dir: None,
+    }
+}
+
+/// The remote backends: the in-memory store always, and the S3 server as [`backends`] has it.
+pub fn remote_backends(test: &str) -> Vec<Backend> {
+    let mut all = vec![memory_backend()];
+    all.extend(backends(test).into_iter().filter(|b| b.name != "local"));
+    all
+}
+
 pub fn s3_backend(test: &str) -> Option<Backend> {
     let server = s3_server()?;
     let unique = format!(

@@ -1,0 +1,298 @@
+#![allow(clippy::single_range_in_vec_init)] // one-range reads are the common case here
+
+use std::sync::Mutex;
+
+use object_store::ObjectMeta;
+
+use super::*;
+
+fn version(e_tag: &str) -> ObjectVersion {
+    let meta = ObjectMeta {
+        location: "lake/a.parquet".into(),
+        last_modified: chrono::DateTime::UNIX_EPOCH,
+        size: 64 << 20,
+        e_tag: Some(e_tag.into()),
+        version: None,
+    };
+    ObjectVersion::new(&url::Url::parse("s3://bucket").unwrap(), &meta)
+}
+
+/// The byte at `offset` of the test object: every range has distinct, checkable content.
+fn byte_at(offset: u64, salt: u8) -> u8 {
+    (offset % 251) as u8 ^ salt
+}
+
+fn content(range: &Range<u64>, salt: u8) -> Bytes {
+    range.clone().map(|o| byte_at(o, salt)).collect()
+}
+
+/// A store stand-in: serves the content and records every call's ranges.
+#[derive(Default)]
+struct Fetches {
+    calls: Mutex<Vec<Vec<Range<u64>>>>,
+}
+
+impl Fetches {
+    async fn read(
+        &self,
+        cache: &RangeCache,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+        salt: u8,
+    ) -> Vec<Bytes> {
+        cache
+            .read_through(object, ranges, |wanted| async move {
+                self.calls.lock().unwrap().push(wanted.clone());
+                Ok(wanted.iter().map(|r| content(r, salt)).collect())
+            })
+            .await
+            .unwrap()
+    }
+
+    fn take(&self) -> Vec<Vec<Range<u64>>> {
+        std::mem::take(&mut self.calls.lock().unwrap())
+    }
+}
+
+fn config(memory: u64) -> RangeConfig {
+    RangeConfig {
+        memory_bytes: memory,
+        ..RangeConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn covered_reads_make_no_request_and_partial_ones_fetch_only_the_gaps() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    const M: u64 = 1 << 20;
+    fetches
+        .read(&cache, &v, &[0..1000, 3 * M..3 * M + 1000], 0)
+        .await;
+    assert_eq!(fetches.take(), vec![vec![0..1000, 3 * M..3 * M + 1000]]);
+
+    // Inside one entry: a slice, no request.
+    let got = fetches.read(&cache, &v, &[100..200], 0).await;
+    assert_eq!(got[0], content(&(100..200), 0));
+    assert!(fetches.take().is_empty());
+
+    // Partly held: only the two gaps are fetched (too far apart to coalesce).
+    let wanted = [500..1500, 3 * M - 500..3 * M + 500];
+    let got = fetches.read(&cache, &v, &wanted, 0).await;
+    for (range, bytes) in wanted.iter().zip(&got) {
+        assert_eq!(bytes, &content(range, 0), "{range:?}");
+    }
+    assert_eq!(fetches.take(), vec![vec![1000..1500, 3 * M - 500..3 * M]]);
+
+    // Across several entries, joined.
+    let wanted = [0..1500, 3 * M - 500..3 * M + 1000];
+    fetches.read(&cache, &v, &wanted, 0).await;
+    assert!(fetches.take().is_empty(), "everything is held now");
+    let stats = cache.stats();
+    assert!(stats.bytes_from_memory > 0 && stats.bytes_from_store > 0);
+}
+
+#[tokio::test]
+async fn another_version_of_the_object_is_a_miss() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    fetches.read(&cache, &version("1"), &[0..1000], 0).await;
+    fetches.take();
+    let got = fetches.read(&cache, &version("2"), &[0..1000], 7).await;
+    assert_eq!(got[0], content(&(0..1000), 7), "the new version's bytes");
+    assert_eq!(fetches.take(), vec![vec![0..1000]]);
+}
+
+#[tokio::test]
+async fn a_failed_fetch_keeps_nothing() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let v = version("1");
+    let failed = cache
+        .read_through(&v, &[0..1000], |_| async {
+            Err(object_store::Error::Generic {
+                store: "test",
+                source: "boom".into(),
+            })
+        })
+        .await;
+    assert!(failed.is_err());
+    assert!(!cache.covers(&v, 0..1));
+    let short = cache
+        .read_through(&v, &[0..1000], |_| async {
+            Ok(vec![Bytes::from_static(b"x")])
+        })
+        .await;
+    assert!(short.unwrap_err().to_string().contains("a.parquet"));
+    assert!(!cache.covers(&v, 0..1));
+}
+
+#[tokio::test]
+async fn the_memory_tier_stays_within_its_bound_under_a_larger_scan() {
+    let capacity = 4 << 20;
+    let cache = RangeCache::try_new(config(capacity)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    // 32 MiB in 256 KiB reads, eight times the capacity.
+    for i in 0..128u64 {
+        let start = i * (256 << 10) + i * (2 << 20);
+        fetches
+            .read(&cache, &v, &[start..start + (256 << 10)], 0)
+            .await;
+    }
+    let stats = cache.stats();
+    assert!(
+        stats.memory_bytes <= capacity,
+        "{} bytes held of {capacity}",
+        stats.memory_bytes
+    );
+    assert!(stats.memory_bytes > 0);
+}
+
+#[tokio::test]
+async fn a_scan_read_once_does_not_flush_ranges_read_often() {
+    let capacity = 4 << 20;
+    let cache = RangeCache::try_new(config(capacity)).unwrap();
+    let fetches = Fetches::default();
+    let hot = version("hot");
+    let hot_ranges: Vec<Range<u64>> = (0..8u64)
+        .map(|i| i * (4 << 20)..i * (4 << 20) + (256 << 10))
+        .collect();
+    for _ in 0..4 {
+        fetches.read(&cache, &hot, &hot_ranges, 0).await;
+        cache.stats();
+    }
+    fetches.take();
+    let cold = version("cold");
+    for i in 0..64u64 {
+        let start = i * (4 << 20);
+        fetches
+            .read(&cache, &cold, &[start..start + (256 << 10)], 0)
+            .await;
+    }
+    cache.stats();
+    fetches.take();
+    fetches.read(&cache, &hot, &hot_ranges, 0).await;
+    assert!(
+        fetches.take().is_empty(),
+        "the hot ranges are all still held"
+    );
+}
+
+#[tokio::test]
+async fn invalidate_and_clear_drop_the_ranges() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    fetches.read(&cache, &v, &[0..1000], 0).await;
+    assert!(cache.covers(&v, 0..1000));
+    cache.invalidate(&url::Url::parse("s3://bucket/").unwrap(), v.path());
+    assert!(!cache.covers(&v, 0..1000));
+    fetches.read(&cache, &v, &[0..1000], 0).await;
+    cache.clear();
+    assert!(!cache.covers(&v, 0..1000));
+    assert_eq!(cache.stats().memory_bytes, 0);
+}
+
+#[tokio::test]
+async fn when_off_every_read_goes_to_the_store() {
+    let cache = RangeCache::try_new(RangeConfig {
+        enabled: false,
+        ..RangeConfig::default()
+    })
+    .unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    for _ in 0..2 {
+        fetches.read(&cache, &v, &[0..1000], 0).await;
+    }
+    assert_eq!(fetches.take().len(), 2);
+    assert_eq!(cache.stats().bytes_from_store, 2000);
+}
+
+fn with_disk(dir: &std::path::Path) -> RangeConfig {
+    RangeConfig {
+        disk_dir: Some(dir.to_path_buf()),
+        disk_bytes: 64 << 20,
+        ..config(16 << 20)
+    }
+}
+
+#[tokio::test]
+async fn a_new_cache_on_the_same_disk_reads_without_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("1");
+    let fetches = Fetches::default();
+    {
+        let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+        fetches
+            .read(&cache, &v, &[0..1000, (4 << 20)..(4 << 20) + 5000], 0)
+            .await;
+        cache.flush().await;
+        assert_eq!(cache.stats().disk_writes, 2);
+    }
+    fetches.take();
+    let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+    let second = (4 << 20) + 500..(4 << 20) + 4000;
+    assert!(cache.covers(&v, second.clone()));
+    let got = fetches
+        .read(&cache, &v, &[10..900, second.clone()], 0)
+        .await;
+    assert!(fetches.take().is_empty());
+    assert_eq!(got[1], content(&second, 0));
+    let stats = cache.stats();
+    assert_eq!(stats.bytes_from_disk, 890 + 3500);
+    // Read from disk once, then from memory.
+    fetches.read(&cache, &v, &[10..900], 0).await;
+    assert_eq!(cache.stats().bytes_from_memory, 890);
+    // Another version finds nothing on disk.
+    assert!(!cache.covers(&version("2"), 0..1000));
+}
+
+#[tokio::test]
+async fn a_corrupted_disk_entry_is_refetched_never_returned() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("1");
+    let fetches = Fetches::default();
+    {
+        let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+        fetches.read(&cache, &v, &[0..100_000], 0).await;
+        cache.flush().await;
+    }
+    fetches.take();
+    // Flip one byte in the middle of every entry file.
+    let mut flipped = 0;
+    for sub in std::fs::read_dir(dir.path()).unwrap() {
+        let sub = sub.unwrap().path();
+        for file in std::fs::read_dir(&sub).unwrap() {
+            let file = file.unwrap().path();
+            let mut raw = std::fs::read(&file).unwrap();
+            let middle = raw.len() - 50_000;
+            raw[middle] ^= 0xff;
+            std::fs::write(&file, raw).unwrap();
+            flipped += 1;
+        }
+    }
+    assert_eq!(flipped, 1);
+    let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+    let got = fetches.read(&cache, &v, &[0..100_000], 0).await;
+    assert_eq!(got[0], content(&(0..100_000), 0), "the store's bytes");
+    assert_eq!(fetches.take(), vec![vec![0..100_000]]);
+    let stats = cache.stats();
+    assert_eq!(stats.disk_corrupt, 1);
+    assert_eq!(stats.bytes_from_disk, 0);
+    // Written again, whole.
+    cache.flush().await;
+    drop(cache);
+    let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+    let got = fetches.read(&cache, &v, &[0..100_000], 0).await;
+    assert_eq!(got[0], content(&(0..100_000), 0));
+    assert!(fetches.take().is_empty());
+}
+
+#[test]
+fn a_disk_directory_that_cannot_be_used_is_refused_with_the_setting_name() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let err = RangeCache::try_new(with_disk(file.path())).unwrap_err();
+    assert!(err.to_string().contains(RANGE_DISK_DIR), "{err}");
+}

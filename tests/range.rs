@@ -1,0 +1,253 @@
+//! The range cache through installed sessions: repeated scans of a remote lake stop making
+//! requests, a replaced object is read anew, a warm disk tier serves a new process, and the
+//! memory tier keeps to its bound.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{WORKLOAD, installed, remote_backends, rows, scan};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionConfig;
+use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes};
+use datafusion_lakecache::{CachingObjectStore, LakeCache};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+fn config() -> SessionConfig {
+    SessionConfig::new().with_target_partitions(2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_scans_of_a_remote_lake_make_no_requests() {
+    for b in remote_backends("range_repeat") {
+        let files = 12;
+        b.write(&LakeSpec::small_files(files)).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let ctx = installed(
+            &b,
+            counted.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(),
+        )
+        .await;
+        let created = counted.counts();
+        eprintln!("{}: CREATE: {created:?}", b.name);
+        for run in 0..2 {
+            for sql in WORKLOAD {
+                counted.reset();
+                let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+                assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
+                let gets = counted.counts().get;
+                eprintln!("{}: run {run}: {gets} GETs: {sql}", b.name);
+                assert_eq!(
+                    gets,
+                    0,
+                    "{}: run {run}: {sql}: {:?}",
+                    b.name,
+                    lake.stats().ranges
+                );
+            }
+        }
+        let r = lake.stats().ranges;
+        assert!(
+            r.bytes_from_memory > 0 && r.memory_bytes > 0,
+            "{}: {r:?}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_object_is_read_anew_once_its_new_version_shows() {
+    for b in remote_backends("range_replaced") {
+        let paths = b.write(&LakeSpec::small_files(4)).await;
+        let lake = LakeCache::builder()
+            .handle_ttl(Duration::from_millis(500))
+            .list_ttl(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let counted = b.counting();
+        let ctx = installed(
+            &b,
+            counted.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(),
+        )
+        .await;
+        let sql = "SELECT count(*), round(sum(value), 3), max(name) FROM t";
+        let before = rows(&ctx, sql).await.unwrap();
+        assert_eq!(before, scan(&b, b.raw.clone(), sql).await.unwrap());
+
+        // Another writer replaces a file with other rows.
+        let other = file_bytes(&LakeSpec::small_files(4).with_seed(99), 0).unwrap();
+        b.raw.put(&paths[0], PutPayload::from(other)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+
+        let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+        assert_ne!(want, before, "{}: the data changed", b.name);
+        assert_eq!(
+            rows(&ctx, sql).await.unwrap(),
+            want,
+            "{}: the new rows",
+            b.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partly_cached_read_of_a_replaced_object_never_mixes_versions() {
+    for b in remote_backends("range_mixed") {
+        let path = b.prefix.clone().join("blob");
+        let old: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let new: Vec<u8> = old.iter().map(|x| x ^ 0xff).collect();
+        b.raw
+            .put(&path, PutPayload::from(old.clone()))
+            .await
+            .unwrap();
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let store = CachingObjectStore::new_arc(counted.clone(), &b.store_url, lake.handles())
+            .with_range_cache(lake.ranges().clone());
+        store.head(&path).await.unwrap();
+        assert_eq!(store.get_range(&path, 0..1000).await.unwrap(), &old[..1000]);
+        counted.reset();
+        assert_eq!(store.get_range(&path, 0..1000).await.unwrap(), &old[..1000]);
+        assert_eq!(counted.counts().get, 0, "{}: held", b.name);
+
+        // Replaced behind the wrapper's back: a read reaching past the held bytes fetches the
+        // rest under the old e_tag, learns of the change, and reads everything anew.
+        b.raw
+            .put(&path, PutPayload::from(new.clone()))
+            .await
+            .unwrap();
+        let whole = 0..2000;
+        let got = store
+            .get_ranges(&path, std::slice::from_ref(&whole))
+            .await
+            .unwrap();
+        assert_eq!(got[0], &new[..2000], "{}: the new version only", b.name);
+        let got = store.get_range(&path, 0..1000).await.unwrap();
+        assert_eq!(got, &new[..1000], "{}: and from then on", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_with_a_warm_disk_tier_reads_no_data() {
+    for b in remote_backends("range_disk") {
+        let files = 8;
+        b.write(&LakeSpec::small_files(files)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let build = || {
+            LakeCache::builder()
+                .range_disk(dir.path(), 64 << 20)
+                .build()
+                .unwrap()
+        };
+        let sql = WORKLOAD[2];
+        let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+        {
+            let lake = build();
+            let ctx = installed(
+                &b,
+                b.counting(),
+                &lake,
+                SessionStateBuilder::new(),
+                config(),
+            )
+            .await;
+            assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+            lake.ranges().flush().await;
+            assert!(lake.stats().ranges.disk_writes > 0);
+        }
+        // A new LakeCache on the same directory stands for a new process.
+        let lake = build();
+        let counted = b.counting();
+        let ctx = installed(
+            &b,
+            counted.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(),
+        )
+        .await;
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}", b.name);
+        let counts = counted.counts();
+        assert_eq!(counts.get, 0, "{}: no data requests: {counts:?}", b.name);
+        assert!(counts.list > 0, "{}: versions checked by listing", b.name);
+        if b.name == "s3" {
+            // s3s-fs lists objects without their e_tags: one HEAD each learns them.
+            assert_eq!(counts.head, files as u64, "{}", b.name);
+        }
+        let r = lake.stats().ranges;
+        assert!(r.bytes_from_disk > 0, "{}: {r:?}", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_tier_keeps_to_its_bound_under_a_larger_lake() {
+    for b in remote_backends("range_bound") {
+        // About 3 MiB of files against 1 MiB of memory.
+        b.write(&LakeSpec::small_files(12)).await;
+        let lake = LakeCache::builder()
+            .range_memory_bytes(1 << 20)
+            .build()
+            .unwrap();
+        let ctx = installed(
+            &b,
+            b.counting(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(),
+        )
+        .await;
+        for sql in WORKLOAD {
+            let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+            assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
+            let r = lake.stats().ranges;
+            assert!(r.memory_bytes <= 1 << 20, "{}: {r:?}", b.name);
+        }
+        let r = lake.stats().ranges;
+        assert!(
+            r.memory_bytes > 0 && r.bytes_from_store > 2 << 20,
+            "{}: {r:?}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_shows_where_the_bytes_came_from() {
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(6).with_row_groups_of(2_000))
+        .await;
+    let lake = LakeCache::builder().prefetch(false).build().unwrap();
+    let ctx = installed(
+        &b,
+        b.counting(),
+        &lake,
+        SessionStateBuilder::new(),
+        config(),
+    )
+    .await;
+    let explain = |sql: &str| {
+        let ctx = ctx.clone();
+        let sql = format!("EXPLAIN ANALYZE {sql}");
+        async move { rows(&ctx, &sql).await.unwrap().join("\n") }
+    };
+    // The files were read whole when the table was created: every byte from memory.
+    let text = explain(WORKLOAD[2]).await;
+    for metric in ["bytes_from_store=0", "bytes_from_disk=0"] {
+        assert!(text.contains(metric), "{metric} in:\n{text}");
+    }
+    assert!(!text.contains("bytes_from_memory=0"), "{text}");
+    // After clearing, the scan fetches from the store, and the next one reads memory again.
+    lake.ranges().clear();
+    let cold = explain(WORKLOAD[2]).await;
+    assert!(cold.contains("bytes_from_memory=0"), "{cold}");
+    assert!(!cold.contains("bytes_from_store=0"), "{cold}");
+    let warm = explain(WORKLOAD[2]).await;
+    assert!(warm.contains("bytes_from_store=0"), "{warm}");
+}
