@@ -17,6 +17,7 @@
 //! `LAKECACHE_S3_LATENCY_MS=25 bash scripts/with-s3 cargo bench --bench prefetch -- --s3 1`
 //! runs W1 on the S3 server instead, behind a proxy holding each request 25 ms.
 //! Each query alternates between the two sides so drift on a shared machine hits both alike.
+//! The range cache is off (it would serve warm runs without requests: `benches/range.rs`).
 
 mod common;
 
@@ -24,14 +25,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::arg;
+use common::{Series, arg, line_plot, ms, peak_rss_mib, reset_peak_rss, run};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore, s3_server};
-use futures::StreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{GetRange, ObjectStore, ObjectStoreExt};
@@ -159,17 +159,6 @@ async fn on_local_disk(lake: &Lake, workload: &str, queries: &[(&str, &str)]) ->
     Ok(())
 }
 
-/// Runs `sql` to the end without keeping its rows; returns rows and time.
-async fn run(ctx: &SessionContext, sql: &str) -> Result<(usize, Duration)> {
-    let began = Instant::now();
-    let mut stream = ctx.sql(sql).await?.execute_stream().await?;
-    let mut rows = 0;
-    while let Some(batch) = stream.next().await {
-        rows += batch?.num_rows();
-    }
-    Ok((rows, began.elapsed()))
-}
-
 /// GETs and bytes the store saw since its last reset.
 fn traffic(store: &Remote, sizes: &HashMap<String, u64>) -> (u64, u64) {
     let gets = store.gets();
@@ -185,10 +174,6 @@ fn traffic(store: &Remote, sizes: &HashMap<String, u64>) -> (u64, u64) {
         })
         .sum();
     (gets.len() as u64, bytes)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 struct Figures {
@@ -208,7 +193,7 @@ struct Figures {
 async fn compare(served: &Served, sizes: &HashMap<String, u64>, sql: &str) -> Result<Figures> {
     let (plain_store, lake_store) = ((served.store)(), (served.store)());
     let (latency, bandwidth) = (served.latency, served.bandwidth);
-    let cache = LakeCache::builder().build()?;
+    let cache = LakeCache::builder().range_cache(false).build()?;
     let max_in_flight = cache.prefetch_config().max_in_flight as u64;
     let (plain, vanilla_register) = session(served, plain_store.clone(), None).await?;
     let (ours, lake_register) = session(served, lake_store.clone(), Some(&cache)).await?;
@@ -262,24 +247,6 @@ fn print(label: &str, f: &Figures) {
         ms(f.vanilla_register),
         ms(f.lake_register),
     );
-}
-
-/// Peak resident set size since the last reset, in MiB (Linux; 0 elsewhere).
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn reset_peak_rss() {
-    // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+).
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -346,7 +313,7 @@ async fn main() -> Result<()> {
             run(&plain, sql).await?;
         }
         let vanilla_rss = peak_rss_mib();
-        let cache = LakeCache::builder().build()?;
+        let cache = LakeCache::builder().range_cache(false).build()?;
         let (ours, _) = session(&served, (served.store)(), Some(&cache)).await?;
         reset_peak_rss();
         for _ in 0..3 {
@@ -443,68 +410,30 @@ async fn plot_latencies(w1: &Lake, bandwidth: u64) -> Result<()> {
     Ok(())
 }
 
-/// An SVG line plot of warm time against latency: vanilla, lakecache and the bound.
+/// Warm time against latency: vanilla, lakecache and the bound.
 fn plot(points: &[(u64, Figures)]) -> String {
-    let (w, h, pad) = (640.0, 400.0, 60.0);
-    let max_x = points.iter().map(|p| p.0).max().unwrap_or(1) as f64;
-    // Log scale: vanilla and lakecache differ by more than ten times.
-    let values = points
-        .iter()
-        .flat_map(|p| [ms(p.1.vanilla_warm), ms(p.1.lake_warm), ms(p.1.bound)]);
-    let (lo, hi) = values.fold((f64::MAX, 1.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let (lo, hi) = (lo.max(1.0).log10().floor(), hi.log10().ceil());
-    let x = |v: f64| pad + v / max_x * (w - 2.0 * pad);
-    let y = |v: f64| h - pad - (v.max(1.0).log10() - lo) / (hi - lo).max(1.0) * (h - 2.0 * pad);
-    let line = |f: &dyn Fn(&Figures) -> Duration, color: &str, label: &str, row: f64| {
-        let pts: Vec<String> = points
-            .iter()
-            .map(|(l, fig)| format!("{:.1},{:.1}", x(*l as f64), y(ms(f(fig)))))
-            .collect();
-        format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\
-             <text x=\"{:.0}\" y=\"{:.0}\" fill=\"{color}\">{label}</text>",
-            pts.join(" "),
-            pad + 10.0,
-            pad + row * 18.0
-        )
-    };
-    let mut ticks = String::new();
-    for (l, _) in points {
-        ticks += &format!(
-            "<text x=\"{:.1}\" y=\"{:.0}\" text-anchor=\"middle\">{l}</text>",
-            x(*l as f64),
-            h - pad + 18.0
-        );
-    }
-    for decade in lo as i32..=hi as i32 {
-        let v = 10f64.powi(decade);
-        ticks += &format!(
-            "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>",
-            pad - 6.0,
-            y(v) + 4.0
-        );
-    }
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\
-         <line x1=\"{pad}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/>\
-         <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"black\"/>\
-         <text x=\"{cx}\" y=\"{lx}\" text-anchor=\"middle\">latency per request (ms)</text>\
-         <text x=\"14\" y=\"{cy}\" transform=\"rotate(-90 14 {cy})\" text-anchor=\"middle\">\
-         W1 two-column group-by, warm (ms, log scale)</text>{ticks}{}{}{}</svg>\n",
-        line(
-            &|f| f.vanilla_warm,
-            "#c0392b",
-            "vanilla DataFusion 55.2",
-            0.0
-        ),
-        line(&|f| f.lake_warm, "#2471a3", "lakecache", 1.0),
-        line(&|f| f.bound, "#7f8c8d", "bound", 2.0),
-        b = h - pad,
-        r = w - pad,
-        cx = w / 2.0,
-        lx = h - 15.0,
-        cy = h / 2.0,
+    let xs: Vec<u64> = points.iter().map(|p| p.0).collect();
+    let values = |f: fn(&Figures) -> Duration| points.iter().map(|p| ms(f(&p.1))).collect();
+    line_plot(
+        "latency per request (ms)",
+        "W1 two-column group-by, warm (ms, log scale)",
+        &xs,
+        &[
+            Series {
+                label: "vanilla DataFusion 55.2",
+                color: "#c0392b",
+                values: values(|f| f.vanilla_warm),
+            },
+            Series {
+                label: "lakecache",
+                color: "#2471a3",
+                values: values(|f| f.lake_warm),
+            },
+            Series {
+                label: "bound",
+                color: "#7f8c8d",
+                values: values(|f| f.bound),
+            },
+        ],
     )
 }

@@ -1,4 +1,11 @@
-//! Helpers shared by the benchmarks.
+//! Helpers shared by the benchmarks: arguments, timing a query, peak RSS and a line plot.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use datafusion::error::Result;
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
 
 /// The value after `--name` on the command line, or `default`.
 pub fn arg(name: &str, default: u64) -> u64 {
@@ -11,4 +18,103 @@ pub fn arg(name: &str, default: u64) -> u64 {
                 .unwrap_or_else(|_| panic!("{name} expects a number, got {v}"))
         })
         .unwrap_or(default)
+}
+
+/// Runs `sql` to the end without keeping its rows; returns rows and time.
+pub async fn run(ctx: &SessionContext, sql: &str) -> Result<(usize, Duration)> {
+    let began = Instant::now();
+    let mut stream = ctx.sql(sql).await?.execute_stream().await?;
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        rows += batch?.num_rows();
+    }
+    Ok((rows, began.elapsed()))
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Peak resident set size since the last reset, in MiB (Linux; 0 elsewhere).
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+pub fn reset_peak_rss() {
+    // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// One line of a [`line_plot`]: label, colour, and a y value (ms) per x.
+pub struct Series<'a> {
+    pub label: &'a str,
+    pub color: &'a str,
+    pub values: Vec<f64>,
+}
+
+/// An SVG plot of `series` (ms, log scale) against `xs`.
+pub fn line_plot(x_title: &str, y_title: &str, xs: &[u64], series: &[Series]) -> String {
+    let (w, h, pad) = (640.0, 400.0, 60.0);
+    let max_x = xs.iter().copied().max().unwrap_or(1) as f64;
+    let values = series.iter().flat_map(|s| s.values.iter().copied());
+    let (lo, hi) = values.fold((f64::MAX, 1.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = (lo.max(1.0).log10().floor(), hi.log10().ceil());
+    let x = |v: f64| pad + v / max_x * (w - 2.0 * pad);
+    let y = |v: f64| h - pad - (v.max(1.0).log10() - lo) / (hi - lo).max(1.0) * (h - 2.0 * pad);
+    let mut lines = String::new();
+    for (row, s) in series.iter().enumerate() {
+        let pts: Vec<String> = xs
+            .iter()
+            .zip(&s.values)
+            .map(|(&l, &v)| format!("{:.1},{:.1}", x(l as f64), y(v)))
+            .collect();
+        lines += &format!(
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\
+             <text x=\"{:.0}\" y=\"{:.0}\" fill=\"{c}\">{}</text>",
+            pts.join(" "),
+            pad + 10.0,
+            pad + row as f64 * 18.0,
+            s.label,
+            c = s.color,
+        );
+    }
+    let mut ticks = String::new();
+    for &l in xs {
+        ticks += &format!(
+            "<text x=\"{:.1}\" y=\"{:.0}\" text-anchor=\"middle\">{l}</text>",
+            x(l as f64),
+            h - pad + 18.0
+        );
+    }
+    for decade in lo as i32..=hi as i32 {
+        let v = 10f64.powi(decade);
+        ticks += &format!(
+            "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>",
+            pad - 6.0,
+            y(v) + 4.0
+        );
+    }
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\
+         <line x1=\"{pad}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/>\
+         <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"black\"/>\
+         <text x=\"{cx}\" y=\"{lx}\" text-anchor=\"middle\">{x_title}</text>\
+         <text x=\"14\" y=\"{cy}\" transform=\"rotate(-90 14 {cy})\" text-anchor=\"middle\">\
+         {y_title}</text>{ticks}{lines}</svg>\n",
+        b = h - pad,
+        r = w - pad,
+        cx = w / 2.0,
+        lx = h - 15.0,
+        cy = h / 2.0,
+    )
 }
