@@ -188,3 +188,42 @@ fn a_missing_bucket_and_a_wrong_credential_give_one_line() {
         "check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION",
     );
 }
+
+/// The figure `name` of the last cache summary in `stdout`, in KiB.
+fn summary_kib(stdout: &str, name: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .rfind(|l| l.starts_with("lakecache: "))
+        .expect("a summary line");
+    let after = line.split(name).nth(1).expect("the figure");
+    after
+        .trim()
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_reads_the_disk_tier_the_first_filled() {
+    for b in backends("cli_disk").into_iter().filter(|b| b.name == "s3") {
+        b.write(&LakeSpec::small_files(3)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let disk = format!("lakecache.range.disk_dir={}", dir.path().display());
+        let create = format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            b.table_url()
+        );
+        let sql = "SELECT category, count(*) AS n FROM t GROUP BY category";
+        let args = ["--set", disk.as_str(), "-c", create.as_str(), "-c", sql];
+        let first = lakecache_on(&b, &args);
+        let stdout = text(&first.stdout);
+        assert!(first.status.success(), "{}", text(&first.stderr));
+        assert_eq!(summary_kib(&stdout, "disk"), 0, "{stdout}");
+        let second = lakecache_on(&b, &args);
+        let stdout = text(&second.stdout);
+        assert!(second.status.success(), "{}", text(&second.stderr));
+        assert!(summary_kib(&stdout, "disk") > 0, "{stdout}");
+        assert_eq!(summary_kib(&stdout, "store"), 0, "{stdout}");
+    }
+}

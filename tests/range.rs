@@ -251,3 +251,64 @@ async fn explain_analyze_shows_where_the_bytes_came_from() {
     let warm = explain(WORKLOAD[2]).await;
     assert!(warm.contains("bytes_from_store=0"), "{warm}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_disk_entries_are_refetched_and_the_rows_stay_right() {
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(4)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let build = || {
+        LakeCache::builder()
+            .range_disk(dir.path(), 64 << 20)
+            .build()
+            .unwrap()
+    };
+    let sql = WORKLOAD[0];
+    let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+    {
+        let lake = build();
+        let ctx = installed(
+            &b,
+            b.counting(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(),
+        )
+        .await;
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+        lake.ranges().flush().await;
+    }
+    // Flip a byte in the middle of every entry: disk rot, or another program's writes.
+    let mut entries = 0;
+    for sub in std::fs::read_dir(dir.path()).unwrap() {
+        let sub = sub.unwrap().path();
+        for file in std::fs::read_dir(&sub).unwrap() {
+            let file = file.unwrap().path();
+            let mut raw = std::fs::read(&file).unwrap();
+            let middle = raw.len() / 2;
+            raw[middle] ^= 0x5a;
+            std::fs::write(&file, raw).unwrap();
+            entries += 1;
+        }
+    }
+    assert!(entries >= 4);
+    let lake = build();
+    let counted = b.counting();
+    let ctx = installed(
+        &b,
+        counted.clone(),
+        &lake,
+        SessionStateBuilder::new(),
+        config(),
+    )
+    .await;
+    assert_eq!(
+        rows(&ctx, sql).await.unwrap(),
+        want,
+        "the store's bytes, not the disk's"
+    );
+    let r = lake.stats().ranges;
+    assert!(r.disk_corrupt >= 4, "{r:?}");
+    assert_eq!(r.bytes_from_disk, 0, "{r:?}");
+    assert!(counted.counts().get >= 4, "refetched");
+}

@@ -185,10 +185,27 @@ fn split_setting(setting: &str) -> Result<(&str, &str)> {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let lake = LakeCache::builder().build()?;
-    let ctx = session(&lake, &args.settings).await?;
+    // Cache sizes and the disk tier belong to the LakeCache; the rest to the session.
+    let mut builder = LakeCache::builder();
+    let mut session_settings = Vec::new();
+    for setting in &args.settings {
+        let (key, value) = split_setting(setting)?;
+        match key.strip_prefix("lakecache.") {
+            Some(rest) if !rest.starts_with("prefetch.") => builder = builder.set(key, value),
+            _ => session_settings.push(setting.clone()),
+        }
+    }
+    let lake = builder.build()?;
+    let ctx = session(&lake, &session_settings).await?;
+    let result = run_statements(&args, &lake, &ctx).await;
+    // Ranges still being written to the disk tier are kept for the next run.
+    lake.ranges().flush().await;
+    result
+}
+
+async fn run_statements(args: &Args, lake: &LakeCache, ctx: &SessionContext) -> Result<()> {
     let mut print = PrintOptions {
-        format: args.format,
+        format: args.format.clone(),
         quiet: args.quiet,
         maxrows: match args.maxrows {
             0 => MaxRows::Unlimited,
@@ -198,7 +215,7 @@ async fn run(args: Args) -> Result<()> {
         instrumented_registry: Arc::new(InstrumentedObjectStoreRegistry::new()),
     };
     if args.command.is_empty() && args.file.is_empty() {
-        exec::exec_from_repl(&ctx, &mut print)
+        exec::exec_from_repl(ctx, &mut print)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         if !args.quiet {
@@ -214,7 +231,7 @@ async fn run(args: Args) -> Result<()> {
     }
     statements.extend(args.command.iter().cloned());
     for sql in statements {
-        exec::exec_from_commands(&ctx, vec![sql], &print).await?;
+        exec::exec_from_commands(ctx, vec![sql], &print).await?;
         if !args.quiet {
             println!("{}", summary(&lake.stats()));
         }
@@ -252,7 +269,8 @@ fn summary(s: &LakeStats) -> String {
     let h = &s.handles;
     format!(
         "lakecache: handles {} hits / {} misses, listings {} / {}; index {} hits / {} misses, \
-         {} KiB; prefetch {} requests, {} KiB, at most {} in flight",
+         {} KiB; prefetch {} requests, {} KiB, at most {} in flight; bytes from memory {} KiB, \
+         disk {} KiB, store {} KiB",
         h.metadata.hits,
         h.metadata.misses,
         h.listings.hits,
@@ -262,6 +280,9 @@ fn summary(s: &LakeStats) -> String {
         s.index.bytes >> 10,
         s.prefetch.requests,
         s.prefetch.bytes_fetched >> 10,
-        s.prefetch.peak_in_flight
+        s.prefetch.peak_in_flight,
+        s.ranges.bytes_from_memory >> 10,
+        s.ranges.bytes_from_disk >> 10,
+        s.ranges.bytes_from_store >> 10
     )
 }
