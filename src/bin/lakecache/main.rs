@@ -205,7 +205,7 @@ async fn run(args: Args) -> Result<()> {
 
 async fn run_statements(args: &Args, lake: &LakeCache, ctx: &SessionContext) -> Result<()> {
     let mut print = PrintOptions {
-        format: args.format.clone(),
+        format: args.format,
         quiet: args.quiet,
         maxrows: match args.maxrows {
             0 => MaxRows::Unlimited,
