@@ -227,3 +227,41 @@ async fn a_second_run_reads_the_disk_tier_the_first_filled() {
         assert_eq!(summary_kib(&stdout, "store"), 0, "{stdout}");
     }
 }
+
+#[test]
+fn the_prompt_prints_a_summary_after_each_statement() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lakecache"))
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("lakecache runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SELECT 1 AS a;\nSELECT no_such_column;\nSELECT 2\n  AS b;\n\\q\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("| 1 |") && stdout.contains("| 2 |"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("lakecache: handles").count(),
+        3,
+        "one summary per statement, the failed one included:\n{stdout}"
+    );
+    assert_eq!(
+        text(&out.stderr).lines().count(),
+        1,
+        "the error on one line: {}",
+        text(&out.stderr)
+    );
+    assert!(dir.path().join(".history").exists(), "history kept");
+}

@@ -4,8 +4,8 @@
 //! output formats, backslash commands, and object stores created from the URLs of
 //! `CREATE EXTERNAL TABLE` and of `SELECT ... FROM 's3://...'`), in a session made by
 //! [`LakeCache::install`]. What this file adds: the session, a one-line cache summary after
-//! each statement of `-c` and `-f`, one-line errors with a non-zero exit code, and
-//! `lakecache demo`.
+//! each statement (of `-c`, `-f` and at the prompt, `repl.rs`), one-line errors with a
+//! non-zero exit code, and `lakecache demo` (`demo.rs`).
 //!
 //! ```text
 //! lakecache -c "SELECT count(*) FROM 's3://bucket/sales/'"
@@ -15,6 +15,7 @@
 //! ```
 
 mod demo;
+mod repl;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -215,12 +216,7 @@ async fn run_statements(args: &Args, lake: &LakeCache, ctx: &SessionContext) -> 
         instrumented_registry: Arc::new(InstrumentedObjectStoreRegistry::new()),
     };
     if args.command.is_empty() && args.file.is_empty() {
-        exec::exec_from_repl(ctx, &mut print)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        if !args.quiet {
-            println!("{}", summary(&lake.stats()));
-        }
+        repl::run(ctx, &mut print, lake).await?;
         return Ok(());
     }
     let mut statements = Vec::new();
