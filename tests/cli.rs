@@ -265,3 +265,24 @@ fn the_prompt_prints_a_summary_after_each_statement() {
     );
     assert!(dir.path().join(".history").exists(), "history kept");
 }
+
+#[test]
+fn a_long_statement_shows_a_progress_line_on_stderr_and_erases_it() {
+    // About seven seconds in a debug build on two cores; the line appears after one.
+    let sql = "SELECT count(*) AS n FROM generate_series(1, 100000000)";
+    let out = lakecache(&["--progress", "always", "-c", sql], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("lakecache: running") && stderr.contains("files opened"),
+        "{stderr:?}"
+    );
+    assert!(
+        stderr.ends_with("\r\x1b[K"),
+        "erased at the end: {stderr:?}"
+    );
+    assert!(text(&out.stdout).contains("100000000"));
+    // Not on a pipe unless asked.
+    let out = lakecache(&["-c", "SELECT 1"], &[]);
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}

@@ -15,6 +15,7 @@
 //! ```
 
 mod demo;
+mod progress;
 mod repl;
 
 use std::process::ExitCode;
@@ -37,7 +38,7 @@ use datafusion_lakecache::{LakeCache, LakeStats};
 #[command(
     name = "lakecache",
     version,
-    about = "DataFusion's SQL client over data lakes, with handle and index caching and prefetching"
+    about = "DataFusion's SQL client over data lakes, with handle, index and byte caching and prefetching"
 )]
 struct Args {
     #[command(subcommand)]
@@ -58,6 +59,10 @@ struct Args {
     /// Print only results: no timing and no cache summary.
     #[arg(short, long)]
     quiet: bool,
+
+    /// When to show a progress line on stderr for statements running over a second.
+    #[arg(long, value_enum, default_value_t = progress::When::Auto)]
+    progress: progress::When,
 
     /// Most rows printed per result in table format (0 for all).
     #[arg(long, default_value_t = 40)]
@@ -216,7 +221,7 @@ async fn run_statements(args: &Args, lake: &LakeCache, ctx: &SessionContext) -> 
         instrumented_registry: Arc::new(InstrumentedObjectStoreRegistry::new()),
     };
     if args.command.is_empty() && args.file.is_empty() {
-        repl::run(ctx, &mut print, lake).await?;
+        repl::run(ctx, &mut print, lake, args.progress).await?;
         return Ok(());
     }
     let mut statements = Vec::new();
@@ -227,7 +232,10 @@ async fn run_statements(args: &Args, lake: &LakeCache, ctx: &SessionContext) -> 
     }
     statements.extend(args.command.iter().cloned());
     for sql in statements {
-        exec::exec_from_commands(ctx, vec![sql], &print).await?;
+        let progress = progress::Progress::start(lake, args.progress);
+        let result = exec::exec_from_commands(ctx, vec![sql], &print).await;
+        progress.finish();
+        result?;
         if !args.quiet {
             println!("{}", summary(&lake.stats()));
         }

@@ -9,6 +9,8 @@ use datafusion_cli::exec;
 use datafusion_cli::helper::CliHelper;
 use datafusion_cli::print_options::PrintOptions;
 use datafusion_lakecache::LakeCache;
+
+use crate::progress::{Progress, When};
 use rustyline::Editor;
 use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
@@ -17,7 +19,12 @@ const HISTORY: &str = ".history";
 
 /// Reads statements until `\q` or end of input, running each and printing its results, its
 /// time and (unless `print.quiet`) the cache summary.
-pub async fn run(ctx: &SessionContext, print: &mut PrintOptions, lake: &LakeCache) -> Result<()> {
+pub async fn run(
+    ctx: &SessionContext,
+    print: &mut PrintOptions,
+    lake: &LakeCache,
+    progress: When,
+) -> Result<()> {
     let failed = |e: ReadlineError| DataFusionError::External(Box::new(e));
     let dialect = || ctx.state().config().options().sql_parser.dialect;
     let mut editor: Editor<CliHelper, DefaultHistory> = Editor::new().map_err(failed)?;
@@ -53,6 +60,7 @@ pub async fn run(ctx: &SessionContext, print: &mut PrintOptions, lake: &LakeCach
             }
             Ok(line) => {
                 editor.add_history_entry(line.trim_end()).map_err(failed)?;
+                let shown = Progress::start(lake, progress);
                 tokio::select! {
                     result = exec::exec_from_commands(ctx, vec![line], print) => {
                         if let Err(e) = result {
@@ -61,6 +69,7 @@ pub async fn run(ctx: &SessionContext, print: &mut PrintOptions, lake: &LakeCach
                     }
                     _ = tokio::signal::ctrl_c() => println!("^C"),
                 }
+                shown.finish();
                 if !print.quiet {
                     println!("{}", crate::summary(&lake.stats()));
                 }
