@@ -13,6 +13,10 @@ use datafusion::error::{DataFusionError, Result};
 /// Settings of the [`HandleCache`](crate::handle::HandleCache).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandleConfig {
+    /// Whether object metadata, listings and descriptors are cached at all. Off, every HEAD
+    /// and LIST reaches the store, and the range cache (which learns versions here) keeps
+    /// nothing.
+    pub enabled: bool,
     /// Maximum number of cached object metadata entries (HEAD, GET and LIST results).
     pub capacity: u64,
     /// Time an entry stays valid after it was fetched; `Duration::ZERO` means no expiry.
@@ -29,6 +33,7 @@ pub struct HandleConfig {
 impl Default for HandleConfig {
     fn default() -> Self {
         Self {
+            enabled: true,
             capacity: 10_000,
             ttl: Duration::from_secs(600),
             idle_timeout: None,
@@ -41,6 +46,9 @@ impl Default for HandleConfig {
 /// Settings of the [`IndexCache`](crate::index::IndexCache).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexConfig {
+    /// Whether decoded footers, page indexes and bloom filters are kept at all. Off, every
+    /// scan reads and decodes them again.
+    pub enabled: bool,
     /// Bytes of deserialized footers, page indexes and bloom filters kept.
     pub capacity_bytes: u64,
     /// An entry larger than this percentage of the capacity is not kept (it would flush the
@@ -51,12 +59,15 @@ pub struct IndexConfig {
 impl Default for IndexConfig {
     fn default() -> Self {
         Self {
+            enabled: true,
             capacity_bytes: 256 << 20,
             max_entry_percent: 25,
         }
     }
 }
 
+/// Key of [`IndexConfig::enabled`].
+pub const INDEX_ENABLED: &str = "lakecache.index.enabled";
 /// Key of [`IndexConfig::capacity_bytes`].
 pub const INDEX_CAPACITY: &str = "lakecache.index.capacity";
 /// Key of [`IndexConfig::max_entry_percent`].
@@ -69,13 +80,14 @@ impl IndexConfig {
     /// Sets one setting from its `lakecache.*` key and a string value, validating it.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         match key {
+            INDEX_ENABLED => self.enabled = parse_bool(key, value)?,
             INDEX_CAPACITY => self.capacity_bytes = parse_bytes(key, value)?,
             INDEX_MAX_ENTRY_PERCENT => {
                 self.max_entry_percent = parse_count(key, value, 1, 100)? as u8
             }
             _ => {
                 return Err(DataFusionError::Configuration(format!(
-                    "unknown setting '{key}'; known index settings: {INDEX_CAPACITY}, \
+                    "unknown setting '{key}'; known index settings: {INDEX_ENABLED}, {INDEX_CAPACITY}, \
                      {INDEX_MAX_ENTRY_PERCENT}"
                 )));
             }
@@ -361,6 +373,8 @@ pub fn parse_bytes(key: &str, value: &str) -> Result<u64> {
     Ok(bytes)
 }
 
+/// Key of [`HandleConfig::enabled`].
+pub const HANDLE_ENABLED: &str = "lakecache.handle.enabled";
 /// Key of [`HandleConfig::capacity`].
 pub const HANDLE_CAPACITY: &str = "lakecache.handle.capacity";
 /// Key of [`HandleConfig::ttl`].
@@ -392,9 +406,10 @@ impl HandleConfig {
             HANDLE_MAX_OPEN_FILES => {
                 self.max_open_files = parse_count(key, value, 0, 1 << 20)? as usize
             }
+            HANDLE_ENABLED => self.enabled = parse_bool(key, value)?,
             _ => {
                 return Err(DataFusionError::Configuration(format!(
-                    "unknown setting '{key}'; known handle settings: {HANDLE_CAPACITY}, \
+                    "unknown setting '{key}'; known handle settings: {HANDLE_ENABLED}, {HANDLE_CAPACITY}, \
                      {HANDLE_TTL}, {HANDLE_IDLE_TIMEOUT}, {HANDLE_LIST_TTL}, {HANDLE_MAX_OPEN_FILES}"
                 )));
             }

@@ -94,6 +94,14 @@ impl LakeCache {
         &self.ranges
     }
 
+    /// The range cache to use for objects of the store at `store_url`, if any: not for local
+    /// files, and not when the handle cache is off (the range cache keys ranges by the
+    /// object versions it learns there).
+    pub(crate) fn range_cache_for(&self, store_url: &url::Url) -> Option<RangeCache> {
+        (self.ranges.applies_to(store_url) && self.handles.config().enabled)
+            .then(|| self.ranges.clone())
+    }
+
     /// The settings scans prefetch with.
     pub fn prefetch_config(&self) -> &PrefetchConfig {
         &self.prefetch
@@ -239,6 +247,19 @@ pub struct LakeCacheBuilder {
 }
 
 impl LakeCacheBuilder {
+    /// Whether object metadata, listings and local descriptors are cached (default on). Off,
+    /// the range cache keeps nothing either: it learns object versions from this cache.
+    pub fn handle_cache(mut self, enabled: bool) -> Self {
+        self.handle.enabled = enabled;
+        self
+    }
+
+    /// Whether decoded footers, page indexes and bloom filters are kept (default on).
+    pub fn index_cache(mut self, enabled: bool) -> Self {
+        self.index.enabled = enabled;
+        self
+    }
+
     /// Maximum number of cached object metadata entries (default 10,000; must be > 0).
     pub fn handle_capacity(mut self, entries: u64) -> Self {
         self.handle.capacity = entries;

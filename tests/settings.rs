@@ -147,7 +147,7 @@ async fn show_all_lists_every_key_with_its_description_and_exports_keep_the_pref
         .iter()
         .filter(|l| l.starts_with("| lakecache."))
         .count();
-    assert_eq!(keys, 17, "every key:\n{text}");
+    assert_eq!(keys, 19, "every key:\n{text}");
     // SHOW ALL runs and includes them too.
     let all = rows(&ctx, "SHOW ALL").await.unwrap().join("\n");
     assert!(all.contains("lakecache.prefetch.split_size"), "{all}");
@@ -195,4 +195,60 @@ async fn a_sessions_scans_follow_its_prefetch_settings() {
     let wide = session().await;
     wide.sql(sql).await.unwrap().collect().await.unwrap();
     assert!(lake.stats().prefetch.peak_in_flight > 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_shared_cache_has_an_off_switch() {
+    let sql = WORKLOAD[2];
+    // (handle, index, range) on or off; a second run's requests and what the caches hold.
+    for (handle, index, range) in [
+        (true, true, true),
+        (false, true, true),
+        (true, false, false),
+    ] {
+        let b = common::memory_backend();
+        b.write(&LakeSpec::small_files(4)).await;
+        let lake = LakeCache::builder()
+            .set("lakecache.handle.enabled", &handle.to_string())
+            .set("lakecache.index.enabled", &index.to_string())
+            .set("lakecache.range.enabled", &range.to_string())
+            .build()
+            .unwrap();
+        let counted = b.counting();
+        let config = SessionConfig::new().with_target_partitions(2);
+        let ctx = installed(
+            &b,
+            counted.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            config,
+        )
+        .await;
+        let want = common::scan(&b, b.raw.clone(), sql).await.unwrap();
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+        counted.reset();
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+        let again = counted.counts();
+        let s = lake.stats();
+        let label = format!("handle {handle}, index {index}, range {range}: {again:?}");
+        assert_eq!(s.handles.metadata.entries > 0, handle, "{label}");
+        assert_eq!(s.index.cache.entries > 0, index, "{label}");
+        // The range cache learns versions from the handle cache: with it off, nothing is kept.
+        assert_eq!(s.ranges.memory_bytes > 0, handle && range, "{label}");
+        assert_eq!(again.get == 0, handle && range, "{label}");
+        // SET can name the value the LakeCache was built with, and nothing else.
+        let shown = if handle { "true" } else { "false" };
+        let other = if handle { "false" } else { "true" };
+        ctx.sql(&format!("SET lakecache.handle.enabled = {shown}"))
+            .await
+            .unwrap();
+        let refused = ctx
+            .sql(&format!("SET lakecache.handle.enabled = {other}"))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("lakecache.handle.enabled"),
+            "{refused}"
+        );
+    }
 }

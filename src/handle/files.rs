@@ -173,7 +173,10 @@ struct Slot {
 
 impl OpenFiles {
     pub(crate) fn new(config: &HandleConfig) -> Self {
-        let capacity = config.max_open_files.min(max_open_files_allowed());
+        let capacity = match config.enabled {
+            true => config.max_open_files.min(max_open_files_allowed()),
+            false => 0,
+        };
         Self {
             slots: (capacity > 0).then(Mutex::default),
             capacity,

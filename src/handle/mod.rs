@@ -207,6 +207,9 @@ impl HandleCache {
     /// Records metadata a response showed. A version different from the cached one replaces it
     /// and drops the listings that still hold the old one.
     pub(crate) fn record(&self, store: &Arc<str>, meta: &ObjectMeta) {
+        if !self.inner.config.enabled {
+            return;
+        }
         let key = ObjectKey {
             store: Arc::clone(store),
             path: meta.location.clone(),
@@ -246,7 +249,7 @@ impl HandleCache {
     /// nor one that started (at `epoch`) before an invalidation: it may have missed the write
     /// that caused it. The metadata of its objects is recorded by the caller as it streams.
     pub(crate) fn record_listing(&self, key: ListKey, listing: Listing, epoch: u64) {
-        if self.epoch() != epoch {
+        if self.epoch() != epoch || !self.inner.config.enabled {
             return;
         }
         if self.listing_fits(listing.objects.len()) {

@@ -334,6 +334,9 @@ impl IndexCache {
     /// the entries of older versions of the same object.
     fn admit(&self, key: &IndexKey, entry: IndexEntry) {
         let i = &self.inner;
+        if !i.config.enabled {
+            return;
+        }
         if entry.weight() as u64 > i.config.max_entry_bytes() {
             i.rejected.fetch_add(1, Relaxed);
             return;

@@ -189,6 +189,7 @@ async fn large_entries_are_refused_and_the_capacity_holds() {
     let cache = IndexCache::try_new(IndexConfig {
         capacity_bytes: one * 3 + 1000,
         max_entry_percent: 100,
+        ..IndexConfig::default()
     })
     .unwrap();
     for i in 0..20 {

@@ -188,10 +188,7 @@ impl Prefetcher {
                 store,
                 store_url: store_url.clone(),
                 index: lake.index().clone(),
-                ranges: lake
-                    .ranges()
-                    .applies_to(store_url)
-                    .then(|| lake.ranges().clone()),
+                ranges: lake.range_cache_for(store_url),
                 handles: lake.handles().clone(),
                 plan,
                 config: settings.clone(),

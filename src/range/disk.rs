@@ -7,7 +7,7 @@
 //! and carries a checksum of the bytes, so a hash collision, a torn write or a flipped bit is
 //! a miss (and the file is deleted), never wrong bytes.
 //!
-//! Layout of an entry file: `LKRANGE1`, checksum (u64, XXH3 of the bytes), the length of the
+//! Layout of an entry file: `LKRANGE1`, checksum (u64, XXH64 of the bytes), the length of the
 //! version text (u32), the version text, start (u64), length (u64), then the bytes; integers
 //! little-endian. Files are written under a temporary name and renamed into place, so a
 //! reader never sees a half-written entry.
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
-use twox_hash::XxHash3_64;
+use twox_hash::XxHash64;
 
 use super::spans::Spans;
 use crate::index::ObjectVersion;
@@ -82,7 +82,7 @@ pub(crate) struct DiskTier {
 }
 
 fn hash(text: &str) -> u64 {
-    XxHash3_64::oneshot(text.as_bytes())
+    XxHash64::oneshot(0, text.as_bytes())
 }
 
 fn ids(object: &ObjectVersion) -> (u64, u64) {
@@ -355,7 +355,7 @@ fn parse_name(name: &str) -> Option<(EntryId, u64)> {
 fn encode(version: &str, start: u64, bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(36 + version.len() + bytes.len());
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&XxHash3_64::oneshot(bytes).to_le_bytes());
+    out.extend_from_slice(&XxHash64::oneshot(0, bytes).to_le_bytes());
     out.extend_from_slice(&(version.len() as u32).to_le_bytes());
     out.extend_from_slice(version.as_bytes());
     out.extend_from_slice(&start.to_le_bytes());
@@ -389,7 +389,7 @@ fn decode(raw: Vec<u8>, version: &str, range: Range<u64>) -> Option<Bytes> {
     if start != range.start || start.checked_add(len)? != range.end {
         return None;
     }
-    if (raw.len() - at) as u64 != len || XxHash3_64::oneshot(&raw[at..]) != checksum {
+    if (raw.len() - at) as u64 != len || XxHash64::oneshot(0, &raw[at..]) != checksum {
         return None;
     }
     Some(Bytes::from(raw).slice(at..))

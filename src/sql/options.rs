@@ -19,15 +19,19 @@ use datafusion::error::{DataFusionError, Result};
 
 use crate::LakeCache;
 use crate::config::{
-    HANDLE_CAPACITY, HANDLE_IDLE_TIMEOUT, HANDLE_LIST_TTL, HANDLE_MAX_OPEN_FILES, HANDLE_TTL,
-    HandleConfig, INDEX_CAPACITY, INDEX_MAX_ENTRY_PERCENT, IndexConfig, PREFETCH_BUFFER,
-    PREFETCH_ENABLED, PREFETCH_MAX_BYTES, PREFETCH_MAX_IN_FLIGHT, PREFETCH_SMALL_FILE,
-    PREFETCH_SPLIT, PrefetchConfig, RANGE_DISK_CAPACITY, RANGE_DISK_DIR, RANGE_ENABLED,
-    RANGE_MEMORY, RangeConfig,
+    HANDLE_CAPACITY, HANDLE_ENABLED, HANDLE_IDLE_TIMEOUT, HANDLE_LIST_TTL, HANDLE_MAX_OPEN_FILES,
+    HANDLE_TTL, HandleConfig, INDEX_CAPACITY, INDEX_ENABLED, INDEX_MAX_ENTRY_PERCENT, IndexConfig,
+    PREFETCH_BUFFER, PREFETCH_ENABLED, PREFETCH_MAX_BYTES, PREFETCH_MAX_IN_FLIGHT,
+    PREFETCH_SMALL_FILE, PREFETCH_SPLIT, PrefetchConfig, RANGE_DISK_CAPACITY, RANGE_DISK_DIR,
+    RANGE_ENABLED, RANGE_MEMORY, RangeConfig,
 };
 
 /// Every `lakecache.*` key with its description, in the order `SHOW ALL` lists them.
-const KEYS: [(&str, &str); 17] = [
+const KEYS: [(&str, &str); 19] = [
+    (
+        HANDLE_ENABLED,
+        "Whether object metadata (HEAD, LIST) and local descriptors are cached; the range cache needs it. Shared.",
+    ),
     (
         HANDLE_CAPACITY,
         "Object metadata entries (HEAD, GET and LIST results) the handle cache keeps. Shared by every session of the LakeCache.",
@@ -47,6 +51,10 @@ const KEYS: [(&str, &str); 17] = [
     (
         HANDLE_MAX_OPEN_FILES,
         "Local file descriptors kept open for reuse (0 = off), at most half the soft ulimit. Shared.",
+    ),
+    (
+        INDEX_ENABLED,
+        "Whether decoded Parquet footers, page indexes and bloom filters are kept. Shared.",
     ),
     (
         INDEX_CAPACITY,
@@ -125,11 +133,13 @@ impl LakeOptions {
         let h = &self.handle;
         let p = &self.prefetch;
         match key {
+            HANDLE_ENABLED => h.enabled.to_string(),
             HANDLE_CAPACITY => h.capacity.to_string(),
             HANDLE_TTL => format_duration(h.ttl),
             HANDLE_IDLE_TIMEOUT => format_duration(h.idle_timeout.unwrap_or_default()),
             HANDLE_LIST_TTL => format_duration(h.list_ttl),
             HANDLE_MAX_OPEN_FILES => h.max_open_files.to_string(),
+            INDEX_ENABLED => self.index.enabled.to_string(),
             INDEX_CAPACITY => format_bytes(self.index.capacity_bytes),
             INDEX_MAX_ENTRY_PERCENT => self.index.max_entry_percent.to_string(),
             PREFETCH_ENABLED => p.enabled.to_string(),

@@ -50,11 +50,11 @@ impl LakeObjectStoreRegistry {
                 handles,
             ));
         }
-        let mut wrapped = CachingObjectStore::new(store, url, handles);
-        if self.lake.ranges().applies_to(url) {
-            wrapped = wrapped.with_range_cache(self.lake.ranges().clone());
+        let wrapped = CachingObjectStore::new(store, url, handles);
+        match self.lake.range_cache_for(url) {
+            Some(ranges) => Arc::new(wrapped.with_range_cache(ranges)),
+            None => Arc::new(wrapped),
         }
-        Arc::new(wrapped)
     }
 }
 
