@@ -22,14 +22,16 @@
 //! // lake.stats() and `SELECT * FROM lakecache_stats()` show the caches' figures.
 //! ```
 //!
-//! Modules: [`config`] (every setting), [`handle`], [`index`], [`table`], [`sql`]
-//! (`install`, `lakecache_stats()`), [`stats`], and [`testkit`] (stores that count, delay or
+//! Modules: [`config`] (every setting), [`handle`], [`index`], [`prefetch`], [`range`],
+//! [`table`], [`sql`] (`install`, `lakecache_stats()`), [`stats`] (each cache's figures),
+//! [`query`] (one query's figures, for `EXPLAIN ANALYZE`), and [`testkit`] (stores that count, delay or
 //! fail requests, and a seeded lake generator, for tests and benchmarks).
 
 pub mod config;
 pub mod handle;
 pub mod index;
 pub mod prefetch;
+pub mod query;
 pub mod range;
 pub mod sql;
 pub mod stats;

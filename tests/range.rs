@@ -250,6 +250,9 @@ async fn explain_analyze_shows_where_the_bytes_came_from() {
     assert!(!cold.contains("bytes_from_store=0"), "{cold}");
     let warm = explain(WORKLOAD[2]).await;
     assert!(warm.contains("bytes_from_store=0"), "{warm}");
+    // Every read found its object's version in the handle cache (listed when planning).
+    assert!(warm.contains("handle_misses=0"), "{warm}");
+    assert!(!warm.contains("handle_hits=0"), "{warm}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

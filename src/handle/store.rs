@@ -24,8 +24,8 @@ use url::Url;
 use super::files::OpenFile;
 use super::{HandleCache, ListKey, ListKind, Listing, ObjectKey};
 use crate::index::ObjectVersion;
+use crate::query::{self, Source};
 use crate::range::RangeCache;
-use crate::range::figures::{self, Source};
 
 /// The error a read reports when the object was replaced while it was being read, twice in a
 /// row. Returned inside [`object_store::Error::Generic`]; find it with
@@ -203,7 +203,9 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         if !self.if_match.load(Relaxed) {
             return None;
         }
-        let meta = self.cache.peek_meta(&self.key(location))?;
+        let meta = self.cache.peek_meta(&self.key(location));
+        query::record_handle_lookup(meta.is_some());
+        let meta = meta?;
         // A weak e_tag never matches under If-Match (RFC 9110 compares strongly).
         let e_tag = meta.e_tag.clone().filter(|e| !e.starts_with("W/"))?;
         Some((meta, e_tag))
@@ -377,7 +379,7 @@ impl<S: ObjectStore> CachingObjectStore<S> {
 /// reads), as the range cache counts the bytes it fetches.
 fn record_store_bytes(bytes: &[Bytes]) {
     let total = bytes.iter().map(|b| b.len() as u64).sum();
-    figures::record_scan(Source::Store, total);
+    query::record_bytes(Source::Store, total);
 }
 
 fn is_unconditional(options: &GetOptions) -> bool {
@@ -449,7 +451,9 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             return self.observe(location, result, |r| &r.meta);
         }
         if options.head {
-            if let Some(meta) = self.cache.meta(&self.key(location)) {
+            let cached = self.cache.meta(&self.key(location));
+            query::record_handle_lookup(cached.is_some());
+            if let Some(meta) = cached {
                 return Ok(head_result(meta));
             }
             return self.head_inner(location).await.map(head_result);

@@ -18,7 +18,6 @@
 //! the operating system's page cache already keeps them.
 
 mod disk;
-pub mod figures;
 mod spans;
 
 use std::collections::HashMap;
@@ -37,9 +36,9 @@ use tokio::sync::Notify;
 
 use crate::config::{RANGE_DISK_DIR, RangeConfig};
 use crate::index::ObjectVersion;
+use crate::query::{Source, record_bytes};
 use crate::stats::{CacheCounters, CacheStats, settle};
 use disk::DiskTier;
-pub use figures::{ScanReads, Source};
 use spans::Spans;
 
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
@@ -110,7 +109,7 @@ struct Inner {
     spans: SpanMap,
     disk: Option<Arc<DiskTier>>,
     counters: Arc<CacheCounters>,
-    served: figures::Served,
+    served: Served,
     too_large: AtomicU64,
     disk_pending: AtomicU64,
     disk_skipped: AtomicU64,
@@ -179,7 +178,7 @@ impl RangeCache {
                 spans,
                 disk,
                 counters,
-                served: figures::Served::default(),
+                served: Served::default(),
                 too_large: AtomicU64::new(0),
                 disk_pending: AtomicU64::new(0),
                 disk_skipped: AtomicU64::new(0),
@@ -622,6 +621,30 @@ fn join(object: &ObjectVersion, range: &Range<u64>, parts: &[Part]) -> object_st
         joined.extend_from_slice(&part.bytes().ok_or_else(missing)?);
     }
     Ok(joined.freeze())
+}
+
+/// Bytes served, by source, over the cache's life.
+#[derive(Debug, Default)]
+struct Served {
+    memory: AtomicU64,
+    disk: AtomicU64,
+    store: AtomicU64,
+}
+
+impl Served {
+    /// Counts `bytes` served from `source`, here and in the current scan's figures.
+    fn add(&self, source: Source, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let counter = match source {
+            Source::Memory => &self.memory,
+            Source::Disk => &self.disk,
+            Source::Store => &self.store,
+        };
+        counter.fetch_add(bytes, Relaxed);
+        record_bytes(source, bytes);
+    }
 }
 
 fn forget_span(spans: &SpanMap, object: &ObjectVersion, range: Range<u64>) {

@@ -32,7 +32,7 @@ use url::Url;
 
 use crate::index::{IndexCache, ObjectVersion};
 use crate::prefetch::{FileLease, Prefetcher};
-use crate::range::ScanReads;
+use crate::query::ScanFigures;
 
 /// Creates [`LakeReader`]s around the readers of an inner factory (normally DataFusion's
 /// `CachedParquetFileReaderFactory`).
@@ -57,7 +57,7 @@ struct ReaderMetrics {
     bloom_misses: Count,
     /// Where the bytes readers read themselves (footers, bloom filters, data no prefetch
     /// covered) came from: the range cache's tiers or the store.
-    reads: ScanReads,
+    reads: ScanFigures,
 }
 
 impl ReaderMetrics {
@@ -68,7 +68,7 @@ impl ReaderMetrics {
             footer_misses: m().global_counter("index_footer_misses"),
             bloom_hits: m().global_counter("index_bloom_hits"),
             bloom_misses: m().global_counter("index_bloom_misses"),
-            reads: ScanReads::new(metrics),
+            reads: ScanFigures::new(metrics),
         }
     }
 }
@@ -276,7 +276,7 @@ struct FileBytes {
     store: Arc<dyn ObjectStore>,
     path: object_store::path::Path,
     lease: Option<Arc<FileLease>>,
-    reads: ScanReads,
+    reads: ScanFigures,
 }
 
 impl FileBytes {
