@@ -25,10 +25,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Series, arg, line_plot, ms, peak_rss_mib, reset_peak_rss, run};
+use common::{Series, arg, context, line_plot, ms, peak_rss_mib, reset_peak_rss, run};
 use datafusion::error::Result;
-use datafusion::execution::SessionStateBuilder;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore, s3_server};
@@ -116,10 +115,6 @@ fn simulated(lake: &Lake, latency: Duration, bandwidth: u64) -> Served {
     }
 }
 
-fn config() -> SessionConfig {
-    SessionConfig::new().with_target_partitions(2)
-}
-
 /// A session over `store` where `t` is the lake; installed from `cache` if given.
 /// Returns it with the time registration took.
 async fn session(
@@ -127,15 +122,7 @@ async fn session(
     store: Arc<dyn ObjectStore>,
     cache: Option<&LakeCache>,
 ) -> Result<(SessionContext, Duration)> {
-    let ctx = match cache {
-        Some(cache) => {
-            let builder = SessionStateBuilder::new()
-                .with_default_features()
-                .with_config(config());
-            SessionContext::new_with_state(cache.install(builder)?.build())
-        }
-        None => SessionContext::new_with_config(config()),
-    };
+    let ctx = context(cache)?;
     ctx.register_object_store(&served.store_url, store);
     let began = Instant::now();
     ctx.register_parquet("t", &served.table_url, ParquetReadOptions::default())
@@ -283,12 +270,7 @@ async fn main() -> Result<()> {
     drop(w1);
 
     if arg("--skip-w2", 0) == 0 {
-        let spec = LakeSpec {
-            files: 4,
-            rows_per_file: 2_000_000,
-            row_group_rows: 250_000,
-            seed: 42,
-        };
+        let spec = LakeSpec::large_files();
         let w2 = make_lake(&spec).await?;
         let total: u64 = w2.sizes.values().sum();
         println!(
@@ -347,12 +329,7 @@ async fn on_s3_server(files: usize) -> Result<()> {
             .unwrap_or(0),
     );
     let store: Arc<dyn ObjectStore> = Arc::new(server.store);
-    let w2 = LakeSpec {
-        files: 4,
-        rows_per_file: 2_000_000,
-        row_group_rows: 250_000,
-        seed: 42,
-    };
+    let w2 = LakeSpec::large_files();
     let mut workloads = vec![("W1", LakeSpec::small_files(files), &W1_QUERIES[1..])];
     if arg("--skip-w2", 0) == 0 {
         workloads.push(("W2", w2, &W2_QUERIES[..]));

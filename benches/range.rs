@@ -19,10 +19,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Series, arg, line_plot, ms, run};
+use common::{Series, arg, context, line_plot, ms, run};
 use datafusion::error::Result;
-use datafusion::execution::SessionStateBuilder;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore, RequestCounts};
@@ -65,10 +64,6 @@ fn remote(lake: &Lake, latency: Duration, bandwidth: u64) -> Result<Arc<Remote>>
     Ok(Arc::new(CountingStore::new(Arc::new(slow) as _)))
 }
 
-fn config() -> SessionConfig {
-    SessionConfig::new().with_target_partitions(2)
-}
-
 /// A session where `t` is the lake: on the local disk if `store` is `None`, else remote
 /// through `store`; installed from `cache` if given.
 async fn session(
@@ -76,15 +71,7 @@ async fn session(
     store: Option<Arc<Remote>>,
     cache: Option<&LakeCache>,
 ) -> Result<SessionContext> {
-    let ctx = match cache {
-        Some(cache) => {
-            let builder = SessionStateBuilder::new()
-                .with_default_features()
-                .with_config(config());
-            SessionContext::new_with_state(cache.install(builder)?.build())
-        }
-        None => SessionContext::new_with_config(config()),
-    };
+    let ctx = context(cache)?;
     let table = match store {
         Some(store) => {
             let url = Url::parse("s3://lake").expect("static URL");
@@ -228,12 +215,7 @@ async fn main() -> Result<()> {
     drop(w1);
 
     if arg("--skip-w2", 0) == 0 {
-        let spec = LakeSpec {
-            files: 4,
-            rows_per_file: 2_000_000,
-            row_group_rows: 250_000,
-            seed: 42,
-        };
+        let spec = LakeSpec::large_files();
         let w2 = make_lake(&spec).await?;
         println!(
             "W2: 4 files of 2M rows in row groups of 250k, {:.1} MB; {latency:?}; link {} Gbit/s",

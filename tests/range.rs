@@ -4,17 +4,48 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{WORKLOAD, installed, remote_backends, rows, scan};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
+use datafusion_lakecache::testkit::corrupt_files_below;
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes};
 use datafusion_lakecache::{CachingObjectStore, LakeCache};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 fn config() -> SessionConfig {
     SessionConfig::new().with_target_partitions(2)
+}
+
+/// A session installed from `lake` where `t` is `b`'s lake read through `store`.
+async fn session(
+    b: &common::Backend,
+    store: Arc<dyn ObjectStore>,
+    lake: &LakeCache,
+) -> datafusion::prelude::SessionContext {
+    installed(b, store, lake, SessionStateBuilder::new(), config()).await
+}
+
+/// A `LakeCache` whose disk tier is `dir`.
+fn with_disk(dir: &std::path::Path) -> LakeCache {
+    LakeCache::builder()
+        .range_disk(dir, 64 << 20)
+        .build()
+        .unwrap()
+}
+
+/// Runs `sql` over `b`'s lake with a disk tier in `dir` and waits for its writes: what a
+/// previous process leaves behind. Returns the rows.
+async fn fill_disk_tier(b: &common::Backend, dir: &std::path::Path, sql: &str) -> Vec<String> {
+    let want = scan(b, b.raw.clone(), sql).await.unwrap();
+    let lake = with_disk(dir);
+    let ctx = session(b, b.counting(), &lake).await;
+    assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+    lake.ranges().flush().await;
+    assert!(lake.stats().ranges.disk_writes > 0);
+    want
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,14 +55,7 @@ async fn repeated_scans_of_a_remote_lake_make_no_requests() {
         b.write(&LakeSpec::small_files(files)).await;
         let lake = LakeCache::builder().build().unwrap();
         let counted = b.counting();
-        let ctx = installed(
-            &b,
-            counted.clone(),
-            &lake,
-            SessionStateBuilder::new(),
-            config(),
-        )
-        .await;
+        let ctx = session(&b, counted.clone(), &lake).await;
         let created = counted.counts();
         eprintln!("{}: CREATE: {created:?}", b.name);
         for run in 0..2 {
@@ -69,14 +93,7 @@ async fn a_replaced_object_is_read_anew_once_its_new_version_shows() {
             .build()
             .unwrap();
         let counted = b.counting();
-        let ctx = installed(
-            &b,
-            counted.clone(),
-            &lake,
-            SessionStateBuilder::new(),
-            config(),
-        )
-        .await;
+        let ctx = session(&b, counted.clone(), &lake).await;
         let sql = "SELECT count(*), round(sum(value), 3), max(name) FROM t";
         let before = rows(&ctx, sql).await.unwrap();
         assert_eq!(before, scan(&b, b.raw.clone(), sql).await.unwrap());
@@ -140,39 +157,12 @@ async fn a_new_process_with_a_warm_disk_tier_reads_no_data() {
         let files = 8;
         b.write(&LakeSpec::small_files(files)).await;
         let dir = tempfile::tempdir().unwrap();
-        let build = || {
-            LakeCache::builder()
-                .range_disk(dir.path(), 64 << 20)
-                .build()
-                .unwrap()
-        };
         let sql = WORKLOAD[2];
-        let want = scan(&b, b.raw.clone(), sql).await.unwrap();
-        {
-            let lake = build();
-            let ctx = installed(
-                &b,
-                b.counting(),
-                &lake,
-                SessionStateBuilder::new(),
-                config(),
-            )
-            .await;
-            assert_eq!(rows(&ctx, sql).await.unwrap(), want);
-            lake.ranges().flush().await;
-            assert!(lake.stats().ranges.disk_writes > 0);
-        }
+        let want = fill_disk_tier(&b, dir.path(), sql).await;
         // A new LakeCache on the same directory stands for a new process.
-        let lake = build();
+        let lake = with_disk(dir.path());
         let counted = b.counting();
-        let ctx = installed(
-            &b,
-            counted.clone(),
-            &lake,
-            SessionStateBuilder::new(),
-            config(),
-        )
-        .await;
+        let ctx = session(&b, counted.clone(), &lake).await;
         assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}", b.name);
         let counts = counted.counts();
         assert_eq!(counts.get, 0, "{}: no data requests: {counts:?}", b.name);
@@ -195,14 +185,7 @@ async fn the_memory_tier_keeps_to_its_bound_under_a_larger_lake() {
             .range_memory_bytes(1 << 20)
             .build()
             .unwrap();
-        let ctx = installed(
-            &b,
-            b.counting(),
-            &lake,
-            SessionStateBuilder::new(),
-            config(),
-        )
-        .await;
+        let ctx = session(&b, b.counting(), &lake).await;
         for sql in WORKLOAD {
             let want = scan(&b, b.raw.clone(), sql).await.unwrap();
             assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
@@ -224,14 +207,7 @@ async fn explain_analyze_shows_where_the_bytes_came_from() {
     b.write(&LakeSpec::small_files(6).with_row_groups_of(2_000))
         .await;
     let lake = LakeCache::builder().prefetch(false).build().unwrap();
-    let ctx = installed(
-        &b,
-        b.counting(),
-        &lake,
-        SessionStateBuilder::new(),
-        config(),
-    )
-    .await;
+    let ctx = session(&b, b.counting(), &lake).await;
     let explain = |sql: &str| {
         let ctx = ctx.clone();
         let sql = format!("EXPLAIN ANALYZE {sql}");
@@ -260,51 +236,14 @@ async fn corrupted_disk_entries_are_refetched_and_the_rows_stay_right() {
     let b = common::memory_backend();
     b.write(&LakeSpec::small_files(4)).await;
     let dir = tempfile::tempdir().unwrap();
-    let build = || {
-        LakeCache::builder()
-            .range_disk(dir.path(), 64 << 20)
-            .build()
-            .unwrap()
-    };
     let sql = WORKLOAD[0];
-    let want = scan(&b, b.raw.clone(), sql).await.unwrap();
-    {
-        let lake = build();
-        let ctx = installed(
-            &b,
-            b.counting(),
-            &lake,
-            SessionStateBuilder::new(),
-            config(),
-        )
-        .await;
-        assert_eq!(rows(&ctx, sql).await.unwrap(), want);
-        lake.ranges().flush().await;
-    }
+    let want = fill_disk_tier(&b, dir.path(), sql).await;
     // Flip a byte in the middle of every entry: disk rot, or another program's writes.
-    let mut entries = 0;
-    for sub in std::fs::read_dir(dir.path()).unwrap() {
-        let sub = sub.unwrap().path();
-        for file in std::fs::read_dir(&sub).unwrap() {
-            let file = file.unwrap().path();
-            let mut raw = std::fs::read(&file).unwrap();
-            let middle = raw.len() / 2;
-            raw[middle] ^= 0x5a;
-            std::fs::write(&file, raw).unwrap();
-            entries += 1;
-        }
-    }
+    let entries = corrupt_files_below(dir.path(), |len| len / 2).unwrap();
     assert!(entries >= 4);
-    let lake = build();
+    let lake = with_disk(dir.path());
     let counted = b.counting();
-    let ctx = installed(
-        &b,
-        counted.clone(),
-        &lake,
-        SessionStateBuilder::new(),
-        config(),
-    )
-    .await;
+    let ctx = session(&b, counted.clone(), &lake).await;
     assert_eq!(
         rows(&ctx, sql).await.unwrap(),
         want,

@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use datafusion::error::Result;
-use datafusion::prelude::SessionContext;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_lakecache::LakeCache;
 use futures::StreamExt;
 
 /// The value after `--name` on the command line, or `default`.
@@ -18,6 +20,20 @@ pub fn arg(name: &str, default: u64) -> u64 {
                 .unwrap_or_else(|_| panic!("{name} expects a number, got {v}"))
         })
         .unwrap_or(default)
+}
+
+/// A session of 2 partitions: installed from `cache` if given, else vanilla DataFusion.
+pub fn context(cache: Option<&LakeCache>) -> Result<SessionContext> {
+    let config = SessionConfig::new().with_target_partitions(2);
+    Ok(match cache {
+        Some(cache) => {
+            let builder = SessionStateBuilder::new()
+                .with_default_features()
+                .with_config(config);
+            SessionContext::new_with_state(cache.install(builder)?.build())
+        }
+        None => SessionContext::new_with_config(config),
+    })
 }
 
 /// Runs `sql` to the end without keeping its rows; returns rows and time.

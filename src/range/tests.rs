@@ -260,19 +260,8 @@ async fn a_corrupted_disk_entry_is_refetched_never_returned() {
         cache.flush().await;
     }
     fetches.take();
-    // Flip one byte in the middle of every entry file.
-    let mut flipped = 0;
-    for sub in std::fs::read_dir(dir.path()).unwrap() {
-        let sub = sub.unwrap().path();
-        for file in std::fs::read_dir(&sub).unwrap() {
-            let file = file.unwrap().path();
-            let mut raw = std::fs::read(&file).unwrap();
-            let middle = raw.len() - 50_000;
-            raw[middle] ^= 0xff;
-            std::fs::write(&file, raw).unwrap();
-            flipped += 1;
-        }
-    }
+    // Flip one byte in the middle of the bytes of every entry file.
+    let flipped = crate::testkit::corrupt_files_below(dir.path(), |len| len - 50_000).unwrap();
     assert_eq!(flipped, 1);
     let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
     let got = fetches.read(&cache, &v, &[0..100_000], 0).await;

@@ -56,6 +56,17 @@ impl LakeSpec {
         }
     }
 
+    /// The large-files workload: 4 files of 2M rows in row groups of 250k, as compacted
+    /// tables are.
+    pub fn large_files() -> Self {
+        Self {
+            files: 4,
+            rows_per_file: 2_000_000,
+            row_group_rows: 250_000,
+            seed: 42,
+        }
+    }
+
     /// The same lake split into row groups of `rows` rows.
     pub fn with_row_groups_of(self, rows: usize) -> Self {
         Self {

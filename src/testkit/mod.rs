@@ -22,6 +22,7 @@ pub use s3::{S3Server, s3_server};
 pub use session::{LakeLocation, query};
 
 use std::ops::Range;
+use std::path::Path as FsPath;
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -43,4 +44,29 @@ async fn get_ranges_per_request(
         OBJECT_STORE_COALESCE_DEFAULT,
     )
     .await
+}
+
+/// Flips one byte of every file in the subdirectories of `dir` (the layout of the range
+/// cache's disk tier), at `at(file length)`: disk rot, or another program's writes. Returns
+/// how many files it changed.
+pub fn corrupt_files_below(dir: &FsPath, at: impl Fn(usize) -> usize) -> std::io::Result<usize> {
+    let mut changed = 0;
+    for sub in std::fs::read_dir(dir)? {
+        let sub = sub?.path();
+        if !sub.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&sub)? {
+            let file = file?.path();
+            let mut raw = std::fs::read(&file)?;
+            if raw.is_empty() {
+                continue;
+            }
+            let i = at(raw.len()).min(raw.len() - 1);
+            raw[i] ^= 0x5a;
+            std::fs::write(&file, raw)?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
 }
