@@ -184,6 +184,7 @@ impl LakeStats {
             ("handle.listings", h.listings),
             ("handle.files", h.files),
             ("index", self.index.cache),
+            ("index.bloom", self.index.blooms),
             ("range.memory", self.ranges.memory),
             ("range.disk", self.ranges.disk),
         ] {
@@ -203,6 +204,7 @@ impl LakeStats {
             ("index", "footer_loads", self.index.footer_loads),
             ("index", "bloom_loads", self.index.bloom_loads),
             ("index", "rejected", self.index.rejected),
+            ("index.bloom", "bytes", self.index.bloom_bytes),
         ]);
         let r = &self.ranges;
         rows.extend([

@@ -220,10 +220,20 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
         "handle.listings",
         "handle.files",
         "index",
+        "index.bloom",
+        "range.memory",
+        "range.disk",
         "prefetch",
     ] {
         assert!(first.contains_key(cache), "{cache}: {first:?}");
     }
+    // The lookup loaded each row group's filter for `name` (3 files x 5 row groups).
+    let bloom = &first["index.bloom"];
+    assert_eq!(
+        (bloom[ENTRIES], bloom[MISSES]),
+        (Some(15), Some(15)),
+        "{bloom:?}"
+    );
     let index = &first["index"];
     assert_eq!(index[CAPACITY], Some(64 << 20));
     assert!(
@@ -236,6 +246,12 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
     let second = per_cache(&ctx).await;
     assert!(second["index"][HITS] > index[HITS], "the second query hits");
     assert_eq!(second["index"][MISSES], index[MISSES], "and misses nothing");
+    assert_eq!(
+        second["index.bloom"][HITS],
+        Some(15),
+        "the bloom filters hit: {:?}",
+        second["index.bloom"]
+    );
 
     let cleared = ctx
         .sql("SELECT * FROM lakecache_clear() WHERE cache = 'index'")

@@ -139,6 +139,11 @@ pub struct IndexStats {
     pub bloom_loads: u64,
     /// Entries not kept because they exceed the per-entry share of the capacity.
     pub rejected: u64,
+    /// The bloom-filter entries alone (they share the capacity with footers): lookups,
+    /// removals and entries.
+    pub blooms: CacheStats,
+    /// Bytes the bloom-filter entries hold.
+    pub bloom_bytes: u64,
 }
 
 /// The shared cache of deserialized Parquet index structures. Cheap to clone.
@@ -161,6 +166,8 @@ struct Inner {
     /// The version of each object last loaded, to drop the entries of older versions.
     current: Cache<(Arc<str>, Path), ObjectVersion>,
     counters: Arc<CacheCounters>,
+    /// The share of `counters` that concerns bloom filters.
+    blooms: Arc<CacheCounters>,
     footer_loads: AtomicU64,
     bloom_loads: AtomicU64,
     rejected: AtomicU64,
@@ -173,13 +180,19 @@ impl IndexCache {
     pub fn try_new(config: IndexConfig) -> Result<Self> {
         config.validate()?;
         let counters = Arc::new(CacheCounters::default());
+        let blooms = Arc::new(CacheCounters::default());
         let entries = Cache::builder()
             .max_capacity(config.capacity_bytes)
             .weigher(|_, v: &IndexEntry| u32::try_from(v.weight()).unwrap_or(u32::MAX))
             .support_invalidation_closures()
             .eviction_listener({
-                let c = Arc::clone(&counters);
-                move |_, _, cause| c.removed(cause)
+                let (c, b) = (Arc::clone(&counters), Arc::clone(&blooms));
+                move |key: Arc<IndexKey>, _, cause| {
+                    c.removed(cause);
+                    if matches!(*key, IndexKey::Bloom(..)) {
+                        b.removed(cause);
+                    }
+                }
             })
             .build();
         Ok(Self {
@@ -192,6 +205,7 @@ impl IndexCache {
                 // missed by the old-version cleanup, and its stale entries age out anyway.
                 current: Cache::new(100_000),
                 counters,
+                blooms,
                 footer_loads: AtomicU64::new(0),
                 bloom_loads: AtomicU64::new(0),
                 rejected: AtomicU64::new(0),
@@ -208,12 +222,21 @@ impl IndexCache {
     pub fn stats(&self) -> IndexStats {
         let i = &self.inner;
         settle(&i.entries, i.config.capacity_bytes);
+        let (mut bloom_entries, mut bloom_bytes) = (0, 0);
+        for (key, entry) in i.entries.iter() {
+            if matches!(*key, IndexKey::Bloom(..)) {
+                bloom_entries += 1;
+                bloom_bytes += entry.weight() as u64;
+            }
+        }
         IndexStats {
             cache: i.counters.snapshot(i.entries.entry_count()),
             bytes: i.entries.weighted_size(),
             footer_loads: i.footer_loads.load(Relaxed),
             bloom_loads: i.bloom_loads.load(Relaxed),
             rejected: i.rejected.load(Relaxed),
+            blooms: i.blooms.snapshot(bloom_entries),
+            bloom_bytes,
         }
     }
 
@@ -297,11 +320,18 @@ impl IndexCache {
     where
         F: Future<Output = Result<IndexEntry>> + Send + 'static,
     {
+        let bloom = matches!(key, IndexKey::Bloom(..));
         if let Some(hit) = self.inner.entries.get(&key) {
             self.inner.counters.hit();
+            if bloom {
+                self.inner.blooms.hit();
+            }
             return Ok(hit);
         }
         self.inner.counters.miss();
+        if bloom {
+            self.inner.blooms.miss();
+        }
         let shared = self
             .inner
             .loading

@@ -109,6 +109,13 @@ fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
             Some(lake.index().config().capacity_bytes),
             s.index.cache,
         ),
+        // Bloom filters share the index cache's capacity; this row is their part of it.
+        counted(
+            "index.bloom",
+            Some(s.index.bloom_bytes),
+            Some(lake.index().config().capacity_bytes),
+            s.index.blooms,
+        ),
         counted(
             "range.memory",
             Some(s.ranges.memory_bytes),
@@ -200,6 +207,7 @@ impl TableFunctionImpl for LakeStatsFunction {
                     ("handle.listings", stats.handles.listings.entries),
                     ("handle.files", stats.handles.files.entries),
                     ("index", stats.index.cache.entries),
+                    ("index.bloom", stats.index.blooms.entries),
                     ("range.memory", stats.ranges.memory.entries),
                     ("range.disk", stats.ranges.disk.entries),
                 ];
