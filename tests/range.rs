@@ -179,8 +179,14 @@ async fn a_new_process_with_a_warm_disk_tier_reads_no_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_tier_keeps_to_its_bound_under_a_larger_lake() {
     for b in remote_backends("range_bound") {
-        // About 3 MiB of files against 1 MiB of memory.
-        b.write(&LakeSpec::small_files(12)).await;
+        // 60 files of about 50 KB (each small enough to be kept whole): 3 MB against 1 MiB.
+        let spec = LakeSpec {
+            files: 60,
+            rows_per_file: 1_000,
+            row_group_rows: 1_000,
+            seed: 42,
+        };
+        b.write(&spec).await;
         let lake = LakeCache::builder()
             .range_memory_bytes(1 << 20)
             .build()
@@ -198,6 +204,8 @@ async fn the_memory_tier_keeps_to_its_bound_under_a_larger_lake() {
             "{}: {r:?}",
             b.name
         );
+        // The bound was reached, not merely never approached.
+        assert!(r.memory.evictions > 0, "{}: {r:?}", b.name);
     }
 }
 

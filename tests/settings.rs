@@ -82,6 +82,8 @@ async fn a_bad_set_is_refused_with_the_key_and_the_accepted_range() {
             "101",
             "an integer from 1 to 100",
         ),
+        ("lakecache.range.memory", "1KiB", "a size from 1MiB to 1PiB"),
+        ("lakecache.range.enabled", "maybe", "true or false"),
         ("lakecache.prefetch.nope", "1", "unknown setting"),
         ("lakecache.nope", "1", "the lakecache settings are"),
     ] {

@@ -4,9 +4,8 @@
 use std::time::{Duration, Instant};
 
 use datafusion::error::Result;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::{LakeCache, testkit};
 use futures::StreamExt;
 
 /// The value after `--name` on the command line, or `default`.
@@ -24,16 +23,7 @@ pub fn arg(name: &str, default: u64) -> u64 {
 
 /// A session of 2 partitions: installed from `cache` if given, else vanilla DataFusion.
 pub fn context(cache: Option<&LakeCache>) -> Result<SessionContext> {
-    let config = SessionConfig::new().with_target_partitions(2);
-    Ok(match cache {
-        Some(cache) => {
-            let builder = SessionStateBuilder::new()
-                .with_default_features()
-                .with_config(config);
-            SessionContext::new_with_state(cache.install(builder)?.build())
-        }
-        None => SessionContext::new_with_config(config),
-    })
+    testkit::context(cache, SessionConfig::new().with_target_partitions(2))
 }
 
 /// Runs `sql` to the end without keeping its rows; returns rows and time.

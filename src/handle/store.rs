@@ -334,12 +334,7 @@ impl<S: ObjectStore> CachingObjectStore<S> {
 
     /// Keeps the bytes of `response`, a ranged read made without knowing the object's
     /// e_tag, if the response shows a strong one: they are of that version.
-    async fn keep(
-        &self,
-        ranges: &RangeCache,
-        location: &Path,
-        response: GetResult,
-    ) -> Result<GetResult> {
+    async fn keep(&self, ranges: &RangeCache, response: GetResult) -> Result<GetResult> {
         let strong = response
             .meta
             .e_tag
@@ -356,7 +351,6 @@ impl<S: ObjectStore> CachingObjectStore<S> {
             ranges.insert(&object, range.start, bytes.clone());
         }
         ranges.count_fetched(bytes.len() as u64);
-        debug_assert_eq!(meta.location, *location);
         Ok(GetResult {
             payload: GetResultPayload::Stream(stream::once(async { Ok(bytes) }).boxed()),
             range,
@@ -517,7 +511,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
         let result = self.inner.get_opts(location, options).await;
         let result = self.observe(location, result, |r| &r.meta)?;
         match &self.ranges {
-            Some(ranges) => self.keep(ranges, location, result).await,
+            Some(ranges) => self.keep(ranges, result).await,
             None => Ok(result),
         }
     }

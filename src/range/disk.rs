@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 use twox_hash::XxHash64;
 
-use super::spans::Spans;
+use super::spans::{Piece, Spans};
 use crate::index::ObjectVersion;
 
 const MAGIC: &[u8; 8] = b"LKRANGE1";
@@ -213,8 +213,22 @@ impl DiskTier {
     }
 
     /// The ranges of `object` on disk.
-    pub(crate) fn spans(&self, object: &ObjectVersion) -> Option<Spans> {
+    #[cfg(test)]
+    fn spans(&self, object: &ObjectVersion) -> Option<Spans> {
         self.lock().spans.get(&ids(object)).cloned()
+    }
+
+    /// Each of `ranges` cut into pieces held on disk and gaps ([`Spans::cover`]); `None` if
+    /// the disk holds nothing of `object`. Worked out under the lock, without copying the
+    /// object's spans.
+    pub(crate) fn cover(
+        &self,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+    ) -> Option<Vec<Vec<Piece>>> {
+        let state = self.lock();
+        let held = state.spans.get(&ids(object))?;
+        Some(ranges.iter().map(|r| held.cover(r.clone())).collect())
     }
 
     /// Entries and bytes (headers included) on disk.

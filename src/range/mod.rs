@@ -39,7 +39,7 @@ use crate::index::ObjectVersion;
 use crate::query::{Source, record_bytes};
 use crate::stats::{CacheCounters, CacheStats, settle};
 use disk::DiskTier;
-use spans::Spans;
+use spans::{Piece, Spans};
 
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
 /// written (the disk is slower than the network), rather than held in memory.
@@ -317,12 +317,23 @@ impl RangeCache {
         if !self.inner.config.enabled {
             return false;
         }
-        let memory = self.lock_spans().get(object).cloned().unwrap_or_default();
-        let disk = self.inner.disk.as_ref().and_then(|d| d.spans(object));
-        memory
-            .cover(range)
-            .into_iter()
-            .all(|(piece, held)| held.is_some() || disk.as_ref().is_some_and(|d| d.covers(piece)))
+        let gaps: Vec<Range<u64>> = match self.lock_spans().get(object) {
+            Some(held) => held
+                .cover(range)
+                .into_iter()
+                .filter_map(|(piece, entry)| entry.is_none().then_some(piece))
+                .collect(),
+            None => vec![range],
+        };
+        if gaps.is_empty() {
+            return true;
+        }
+        let on_disk = self
+            .inner
+            .disk
+            .as_ref()
+            .and_then(|d| d.cover(object, &gaps));
+        on_disk.is_some_and(|pieces| pieces.iter().flatten().all(|(_, entry)| entry.is_some()))
     }
 
     /// Keeps `bytes`, the range of `object` starting at `start`, in memory and (if there is
@@ -433,8 +444,13 @@ impl RangeCache {
 
     /// Cuts each range into pieces, found in memory or not.
     fn look_in_memory(&self, object: &ObjectVersion, ranges: &[Range<u64>]) -> Vec<Vec<Part>> {
-        let held = self.lock_spans().get(object).cloned();
-        let Some(held) = held else {
+        // Worked out under the lock (moka is called after it is released: its listener
+        // takes the lock).
+        let covered: Option<Vec<Vec<Piece>>> = self
+            .lock_spans()
+            .get(object)
+            .map(|held| ranges.iter().map(|r| held.cover(r.clone())).collect());
+        let Some(covered) = covered else {
             for _ in ranges {
                 self.inner.counters.miss();
             }
@@ -442,10 +458,10 @@ impl RangeCache {
         };
         let mut buffers: HashMap<u64, Option<Bytes>> = HashMap::new();
         let mut stale = Vec::new();
-        let parts = ranges
-            .iter()
-            .map(|range| {
-                held.cover(range.clone())
+        let parts = covered
+            .into_iter()
+            .map(|pieces| {
+                pieces
                     .into_iter()
                     .map(|(piece, entry)| {
                         let found = entry.and_then(|entry| {
@@ -489,10 +505,17 @@ impl RangeCache {
         if parts.iter().flatten().all(|p| p.found.is_some()) {
             return;
         }
-        let Some(held) = disk.spans(object) else {
+        let gaps: Vec<Range<u64>> = parts
+            .iter()
+            .flatten()
+            .filter(|p| p.found.is_none())
+            .map(|p| p.range.clone())
+            .collect();
+        let Some(covered) = disk.cover(object, &gaps) else {
             return;
         };
-        // Split each gap by what the disk holds.
+        // Split each gap by what the disk holds (`covered` is in the order of `gaps`).
+        let mut covered = covered.into_iter();
         let mut wanted: Vec<Range<u64>> = Vec::new();
         for range_parts in parts.iter_mut() {
             let mut split = Vec::with_capacity(range_parts.len());
@@ -501,7 +524,7 @@ impl RangeCache {
                     split.push(part);
                     continue;
                 }
-                for (piece, entry) in held.cover(part.range.clone()) {
+                for (piece, entry) in covered.next().unwrap_or_default() {
                     if let Some(entry) = &entry
                         && !wanted.contains(entry)
                     {

@@ -67,6 +67,7 @@ impl Spans {
     }
 
     /// Whether every byte of `range` is held.
+    #[cfg(test)]
     pub(crate) fn covers(&self, range: Range<u64>) -> bool {
         self.cover(range).iter().all(|(_, held)| held.is_some())
     }

@@ -19,7 +19,7 @@ pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
 pub use latency::LatencyStore;
 pub use s3::{S3Server, s3_server};
-pub use session::{LakeLocation, query};
+pub use session::{LakeLocation, context, query};
 
 use std::ops::Range;
 use std::path::Path as FsPath;

@@ -25,13 +25,10 @@ pub struct LakeLocation {
     pub lake: Option<LakeCache>,
 }
 
-/// Runs `sql` in a new `SessionContext` configured by `config`, where the lake is table `t`.
-pub async fn query(
-    lake: &LakeLocation,
-    sql: &str,
-    config: SessionConfig,
-) -> Result<Vec<RecordBatch>> {
-    let ctx = match &lake.lake {
+/// A new session configured by `config`: installed from `cache` if given, else vanilla
+/// DataFusion, the two sides tests and benchmarks compare.
+pub fn context(cache: Option<&LakeCache>, config: SessionConfig) -> Result<SessionContext> {
+    Ok(match cache {
         Some(cache) => {
             let builder = SessionStateBuilder::new()
                 .with_default_features()
@@ -39,7 +36,16 @@ pub async fn query(
             SessionContext::new_with_state(cache.install(builder)?.build())
         }
         None => SessionContext::new_with_config(config),
-    };
+    })
+}
+
+/// Runs `sql` in a new `SessionContext` configured by `config`, where the lake is table `t`.
+pub async fn query(
+    lake: &LakeLocation,
+    sql: &str,
+    config: SessionConfig,
+) -> Result<Vec<RecordBatch>> {
+    let ctx = context(lake.lake.as_ref(), config)?;
     ctx.register_object_store(&lake.store_url, Arc::clone(&lake.store));
     ctx.register_parquet("t", &lake.table_url, ParquetReadOptions::default())
         .await?;
