@@ -68,21 +68,13 @@ async fn main() -> datafusion::error::Result<()> {
         let (off, on): (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>) = if simulated {
             (
                 off_counts.clone(),
-                Arc::new(CachingObjectStore::new_arc(
-                    on_counts.clone(),
-                    &url,
-                    lake.handles(),
-                )),
+                Arc::new(CachingObjectStore::new_arc(on_counts.clone(), &url, &lake)),
             )
         } else {
             // The real local store on both sides, so descriptor reuse is what is compared.
             (
                 fs.clone(),
-                Arc::new(CachingObjectStore::new_arc(
-                    Arc::clone(&fs),
-                    &url,
-                    lake.handles(),
-                )),
+                Arc::new(CachingObjectStore::new_arc(Arc::clone(&fs), &url, &lake)),
             )
         };
         let store_name = if simulated {

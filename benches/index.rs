@@ -103,7 +103,7 @@ async fn main() -> datafusion::error::Result<()> {
         Arc::new(CachingObjectStore::new_arc(
             lake_counts.clone(),
             &url,
-            lake.handles(),
+            &lake,
         )),
     );
     let table = LakeTable::try_new(&cached.state(), &table_url, &lake).await?;

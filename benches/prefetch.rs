@@ -181,7 +181,7 @@ async fn compare(served: &Served, sizes: &HashMap<String, u64>, sql: &str) -> Re
     let (plain_store, lake_store) = ((served.store)(), (served.store)());
     let (latency, bandwidth) = (served.latency, served.bandwidth);
     let cache = LakeCache::builder().range_cache(false).build()?;
-    let max_in_flight = cache.prefetch_config().max_in_flight as u64;
+    let max_in_flight = cache.settings().prefetch.max_in_flight as u64;
     let (plain, vanilla_register) = session(served, plain_store.clone(), None).await?;
     let (ours, lake_register) = session(served, lake_store.clone(), Some(&cache)).await?;
 
@@ -303,7 +303,7 @@ async fn main() -> Result<()> {
         }
         let lake_rss = peak_rss_mib();
         let p = cache.stats().prefetch;
-        let c = cache.prefetch_config();
+        let c = &cache.settings().prefetch;
         println!(
             "W2 full scan peak RSS: vanilla {vanilla_rss:.0} MiB, lakecache {lake_rss:.0} MiB; \
              prefetch reservation peak {:.1} MiB, budget at most {:.1} MiB; {p:?}",

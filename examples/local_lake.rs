@@ -27,7 +27,7 @@ async fn main() -> datafusion::error::Result<()> {
     // One LakeCache per process; every store registered through it shares its entries.
     let lake = LakeCache::builder().build()?;
     let url = Url::parse("file://").expect("static URL");
-    let store = Arc::new(CachingObjectStore::new(fs, &url, lake.handles()));
+    let store = Arc::new(CachingObjectStore::new(fs, &url, &lake));
 
     for query in 1..=3 {
         // A new session per query, as a service planning each query afresh would have.

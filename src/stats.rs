@@ -1,4 +1,5 @@
-//! Counters shared by every cache of the crate, and the snapshot they report.
+//! The figures every cache reports: the public snapshot types ([`LakeStats`] and one per
+//! cache), and the live counters behind them.
 //!
 //! Each cache owns one `CacheCounters`; its eviction listener feeds the removal figures, so
 //! evictions, expirations and invalidations are exact counts rather than estimates.
@@ -12,6 +13,7 @@ use moka::sync::Cache;
 
 /// A point-in-time snapshot of one cache's figures.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CacheStats {
     /// Lookups served from the cache.
     pub hits: u64,
@@ -83,5 +85,194 @@ where
         if cache.weighted_size() <= capacity {
             break;
         }
+    }
+}
+
+/// Figures of the handle cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandleStats {
+    /// Object metadata (HEAD) lookups.
+    pub metadata: CacheStats,
+    /// Listing (LIST) lookups.
+    pub listings: CacheStats,
+    /// Local file-descriptor lookups.
+    pub files: CacheStats,
+    /// Local file descriptors open now, held by the cache or by reads in progress.
+    pub open_files: u64,
+    /// Times a response showed a different version than the one cached.
+    pub version_changes: u64,
+}
+
+/// Figures of the index cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IndexStats {
+    /// Lookups, evictions and entries.
+    pub cache: CacheStats,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Footers added: loads run for scans, and footers DataFusion's own reader put.
+    /// Unchanged across warm queries.
+    pub footer_loads: u64,
+    /// Bloom-filter loads that ran.
+    pub bloom_loads: u64,
+    /// Entries not kept because they exceed the per-entry share of the capacity.
+    pub rejected: u64,
+    /// The bloom-filter entries alone (they share the capacity with footers): lookups,
+    /// removals and entries.
+    pub blooms: CacheStats,
+    /// Bytes the bloom-filter entries hold.
+    pub bloom_bytes: u64,
+}
+
+/// Figures of the range cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RangeStats {
+    /// The memory tier. Hits and misses count pieces of reads found or not found in it.
+    pub memory: CacheStats,
+    /// Bytes the memory tier holds.
+    pub memory_bytes: u64,
+    /// Bytes the memory tier may hold.
+    pub memory_capacity: u64,
+    /// The disk tier (all zero when it is off). Hits and misses count entries read or not
+    /// found.
+    pub disk: CacheStats,
+    /// Bytes of the disk tier's files.
+    pub disk_bytes: u64,
+    /// Bytes the disk tier may hold; 0 when it is off.
+    pub disk_capacity: u64,
+    /// Bytes of reads served from memory.
+    pub bytes_from_memory: u64,
+    /// Bytes of reads served from disk.
+    pub bytes_from_disk: u64,
+    /// Bytes of reads fetched from the store (gaps of partly cached reads included).
+    pub bytes_from_store: u64,
+    /// Ranges not kept because they exceed an eighth of a tier.
+    pub too_large: u64,
+    /// Disk entries whose bytes did not match their checksum or version, deleted and refetched.
+    pub disk_corrupt: u64,
+    /// Ranges written to disk.
+    pub disk_writes: u64,
+    /// Disk writes that failed (the range stays in memory only).
+    pub disk_write_errors: u64,
+    /// Ranges not written because the disk fell behind.
+    pub disk_skipped: u64,
+}
+
+/// Prefetch figures of every scan so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PrefetchStats {
+    /// Scans that started prefetching.
+    pub scans: u64,
+    /// Range downloads started.
+    pub requests: u64,
+    /// Bytes downloaded ahead of the reader.
+    pub bytes_fetched: u64,
+    /// Prefetched bytes handed to a reader.
+    pub bytes_used: u64,
+    /// Downloaded bytes dropped without ever being read.
+    pub bytes_wasted: u64,
+    /// Downloads aborted because their query ended.
+    pub cancelled: u64,
+    /// Downloads that failed; the reader then read those bytes itself.
+    pub failed: u64,
+    /// Downloads not started because the session's memory pool refused the reservation.
+    pub memory_denied: u64,
+    /// Time readers spent waiting for a download already under way, in milliseconds.
+    pub wait_ms: u64,
+    /// Most downloads one scan had in flight at once.
+    pub peak_in_flight: u64,
+    /// Downloads in flight now, over every scan.
+    pub in_flight: u64,
+    /// Bytes reserved by all scans now.
+    pub reserved_bytes: u64,
+    /// Most bytes one scan held reserved at once.
+    pub peak_reserved_bytes: u64,
+    /// Files open now with a prefetch lease, over every scan.
+    pub leases: u64,
+}
+
+/// Figures of every cache of a `LakeCache`, from `LakeCache::stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LakeStats {
+    /// The handle cache.
+    pub handles: HandleStats,
+    /// The index cache.
+    pub index: IndexStats,
+    /// The range cache.
+    pub ranges: RangeStats,
+    /// Prefetching, over every scan so far.
+    pub prefetch: PrefetchStats,
+}
+
+impl LakeStats {
+    /// Every figure as (cache, metric, value), the rows of `lakecache_metrics()`.
+    pub fn rows(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let mut rows = Vec::new();
+        let h = &self.handles;
+        for (cache, s) in [
+            ("handle.metadata", h.metadata),
+            ("handle.listings", h.listings),
+            ("handle.files", h.files),
+            ("index", self.index.cache),
+            ("index.bloom", self.index.blooms),
+            ("range.memory", self.ranges.memory),
+            ("range.disk", self.ranges.disk),
+        ] {
+            rows.extend([
+                (cache, "hits", s.hits),
+                (cache, "misses", s.misses),
+                (cache, "evictions", s.evictions),
+                (cache, "expirations", s.expirations),
+                (cache, "invalidations", s.invalidations),
+                (cache, "entries", s.entries),
+            ]);
+        }
+        rows.extend([
+            ("handle.files", "open_now", h.open_files),
+            ("handle.metadata", "version_changes", h.version_changes),
+            ("index", "bytes", self.index.bytes),
+            ("index", "footer_loads", self.index.footer_loads),
+            ("index", "bloom_loads", self.index.bloom_loads),
+            ("index", "rejected", self.index.rejected),
+            ("index.bloom", "bytes", self.index.bloom_bytes),
+        ]);
+        let r = &self.ranges;
+        rows.extend([
+            ("range.memory", "bytes", r.memory_bytes),
+            ("range.memory", "capacity", r.memory_capacity),
+            ("range.memory", "bytes_served", r.bytes_from_memory),
+            ("range.disk", "bytes", r.disk_bytes),
+            ("range.disk", "capacity", r.disk_capacity),
+            ("range.disk", "bytes_served", r.bytes_from_disk),
+            ("range.disk", "corrupt", r.disk_corrupt),
+            ("range.disk", "writes", r.disk_writes),
+            ("range.disk", "write_errors", r.disk_write_errors),
+            ("range.disk", "skipped", r.disk_skipped),
+            ("range", "bytes_from_store", r.bytes_from_store),
+            ("range", "too_large", r.too_large),
+        ]);
+        let p = &self.prefetch;
+        rows.extend([
+            ("prefetch", "scans", p.scans),
+            ("prefetch", "requests", p.requests),
+            ("prefetch", "bytes_fetched", p.bytes_fetched),
+            ("prefetch", "bytes_used", p.bytes_used),
+            ("prefetch", "bytes_wasted", p.bytes_wasted),
+            ("prefetch", "cancelled", p.cancelled),
+            ("prefetch", "failed", p.failed),
+            ("prefetch", "memory_denied", p.memory_denied),
+            ("prefetch", "wait_ms", p.wait_ms),
+            ("prefetch", "peak_in_flight", p.peak_in_flight),
+            ("prefetch", "in_flight", p.in_flight),
+            ("prefetch", "reserved_bytes", p.reserved_bytes),
+            ("prefetch", "peak_reserved_bytes", p.peak_reserved_bytes),
+            ("prefetch", "leases", p.leases),
+        ]);
+        rows
     }
 }

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use chrono::Utc;
 use datafusion_lakecache::config::IndexConfig;
-use datafusion_lakecache::index::{IndexCache, ObjectVersion};
-use datafusion_lakecache::table::load_footer;
+use datafusion_lakecache::index::IndexCache;
+use datafusion_lakecache::index::footer::load_footer;
+use datafusion_lakecache::object::{ObjectVersion, StoreKey};
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes};
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -122,14 +123,18 @@ async fn a_thousand_corruptions_give_clear_errors() {
             e_tag: None,
             version: None,
         };
-        let object = ObjectVersion::new(&url::Url::parse("memory://").unwrap(), &meta);
+        let object =
+            ObjectVersion::new(StoreKey::of(&url::Url::parse("memory://").unwrap()), &meta);
         LARGEST.store(0, Relaxed);
-        let result = cache
-            .metadata(
-                &object,
-                load_footer(Arc::clone(&store), meta, Some(512 << 10)),
-            )
-            .await;
+        let (v, s) = (object.clone(), Arc::clone(&store));
+        let load = async move {
+            let read = |r: std::ops::Range<u64>| {
+                let (s, p) = (Arc::clone(&s), v.path().clone());
+                async move { s.get_range(&p, r).await }
+            };
+            load_footer(&v, Some(512 << 10), read).await
+        };
+        let result = cache.metadata(&object, load).await;
         let largest = LARGEST.load(Relaxed);
         match result {
             Ok(_) => loaded += 1,

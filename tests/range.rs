@@ -126,8 +126,7 @@ async fn a_partly_cached_read_of_a_replaced_object_never_mixes_versions() {
             .unwrap();
         let lake = LakeCache::builder().build().unwrap();
         let counted = b.counting();
-        let store = CachingObjectStore::new_arc(counted.clone(), &b.store_url, lake.handles())
-            .with_range_cache(lake.ranges().clone());
+        let store = CachingObjectStore::new_arc(counted.clone(), &b.store_url, &lake);
         store.head(&path).await.unwrap();
         assert_eq!(store.get_range(&path, 0..1000).await.unwrap(), &old[..1000]);
         counted.reset();
@@ -135,12 +134,22 @@ async fn a_partly_cached_read_of_a_replaced_object_never_mixes_versions() {
         assert_eq!(counted.counts().get, 0, "{}: held", b.name);
 
         // Replaced behind the wrapper's back: a read reaching past the held bytes fetches the
-        // rest under the old e_tag, learns of the change, and reads everything anew.
+        // rest guarded by the old version, and fails naming the file rather than join two
+        // versions' bytes; the next read is of the new version, whole.
         b.raw
             .put(&path, PutPayload::from(new.clone()))
             .await
             .unwrap();
         let whole = 0..2000;
+        let err = store
+            .get_ranges(&path, std::slice::from_ref(&whole))
+            .await
+            .unwrap_err();
+        assert!(
+            datafusion_lakecache::object::find_version_changed(&err).is_some(),
+            "{}: {err}",
+            b.name
+        );
         let got = store
             .get_ranges(&path, std::slice::from_ref(&whole))
             .await

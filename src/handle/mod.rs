@@ -1,48 +1,28 @@
 //! Handle caching: object metadata from HEAD, GET and LIST, cached listings, and open local
 //! file descriptors, so repeated scans stop paying a round trip (or an `open`) per file.
 //!
-//! [`HandleCache`] holds the state and is shared by every [`CachingObjectStore`] built over it;
-//! the store wrapper decides when to consult and when to invalidate it.
+//! [`HandleCache`] holds the state and is shared by every `CachingObjectStore` built over it;
+//! the store layer decides when to consult and when to invalidate it. Versions are compared
+//! by the one rule of [`ObjectVersion::matches`].
 
 mod files;
-mod store;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use moka::notification::RemovalCause;
 use moka::sync::Cache;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
 
 pub use files::max_open_files_allowed;
-pub use store::{CachingObjectStore, ObjectChanged};
+pub(crate) use files::{OpenFile, OpenFiles};
 
 use crate::config::HandleConfig;
-use crate::stats::{CacheCounters, CacheStats, settle};
-use files::OpenFiles;
-
-/// Figures of a [`HandleCache`], from [`HandleCache::stats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HandleStats {
-    /// Object metadata (HEAD) lookups.
-    pub metadata: CacheStats,
-    /// Listing (LIST) lookups.
-    pub listings: CacheStats,
-    /// Local file-descriptor lookups.
-    pub files: CacheStats,
-    /// Local file descriptors open now, held by the cache or by reads in progress.
-    pub open_files: u64,
-    /// Times a response showed a different version than the one cached.
-    pub version_changes: u64,
-}
-
-/// Identity of an object: the store it lives in and its path there.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ObjectKey {
-    pub(crate) store: Arc<str>,
-    pub(crate) path: Path,
-}
+use crate::object::{ObjectId, ObjectVersion, StoreKey};
+use crate::stats::{CacheCounters, HandleStats, settle};
 
 /// Which kind of listing a cached result answers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -52,9 +32,10 @@ pub(crate) enum ListKind {
     After(Path),
 }
 
+/// One listing request of one store.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ListKey {
-    pub(crate) store: Arc<str>,
+    pub(crate) store: StoreKey,
     pub(crate) prefix: Option<Path>,
     pub(crate) kind: ListKind,
 }
@@ -75,6 +56,10 @@ impl Listing {
     }
 }
 
+/// Which stores hold metadata of each path, so entries keyed by path alone (DataFusion's) can
+/// be checked against every version the caches know of it.
+type PathIndex = Arc<Mutex<HashMap<Path, Vec<StoreKey>>>>;
+
 /// Process-wide cache of object handles: metadata, listings and local file descriptors.
 ///
 /// Cheap to clone; clones share the same entries. Bounded by [`HandleConfig::capacity`]
@@ -85,37 +70,51 @@ impl Listing {
 /// let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
 /// assert_eq!(cache.stats().metadata.entries, 0);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HandleCache {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for HandleCache {
+    // Not derived: moka's `Debug` prints every entry.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleCache")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     config: HandleConfig,
-    metas: Cache<ObjectKey, ObjectMeta>,
+    metas: Cache<ObjectId, ObjectMeta>,
     meta_counters: Arc<CacheCounters>,
     lists: Cache<ListKey, Arc<Listing>>,
     list_counters: Arc<CacheCounters>,
+    paths: PathIndex,
     files: OpenFiles,
     version_changes: AtomicU64,
-    /// Bumped by every invalidation; a listing that started before one is not cached.
+    /// Bumped by every invalidation; a listing that started before one records nothing.
     epoch: AtomicU64,
 }
 
 impl HandleCache {
     /// Builds a cache after validating `config`.
     pub fn try_new(config: HandleConfig) -> datafusion::error::Result<Self> {
-        config.validate()?;
         let meta_counters = Arc::new(CacheCounters::default());
+        let paths: PathIndex = Arc::default();
         let metas = with_expiry(
             Cache::builder().max_capacity(config.capacity),
             config.ttl,
             config.idle_timeout,
         )
         .eviction_listener({
-            let c = Arc::clone(&meta_counters);
-            move |_, _, cause| c.removed(cause)
+            let (c, paths) = (Arc::clone(&meta_counters), Arc::clone(&paths));
+            move |key: Arc<ObjectId>, _, cause| {
+                c.removed(cause);
+                if cause != RemovalCause::Replaced {
+                    unindex(&paths, &key);
+                }
+            }
         })
         .build();
         // Listings weigh one per object, so a few huge prefixes cannot hold more metadata
@@ -144,6 +143,7 @@ impl HandleCache {
                 meta_counters,
                 lists,
                 list_counters,
+                paths,
                 files,
                 version_changes: AtomicU64::new(0),
                 epoch: AtomicU64::new(0),
@@ -172,6 +172,7 @@ impl HandleCache {
 
     /// Drops every entry and closes every cached descriptor.
     pub fn clear(&self) {
+        self.inner.epoch.fetch_add(1, Relaxed);
         self.inner.metas.invalidate_all();
         self.inner.lists.invalidate_all();
         self.inner.files.clear();
@@ -179,19 +180,13 @@ impl HandleCache {
         self.inner.lists.run_pending_tasks();
     }
 
-    /// Drops the metadata of one object of the store at `store_url`, and the listings that
-    /// hold it. A descriptor of a local file is dropped by the store wrapper that opened it,
-    /// or at the latest when it is next used and found changed.
-    pub fn invalidate_object(&self, store_url: &url::Url, path: &Path) {
-        self.invalidate(&crate::store_key(store_url), path);
-    }
-
     pub(crate) fn files(&self) -> &OpenFiles {
         &self.inner.files
     }
 
-    pub(crate) fn meta(&self, key: &ObjectKey) -> Option<ObjectMeta> {
-        let found = self.inner.metas.get(key);
+    /// The cached metadata of `id`, counted as a lookup.
+    pub(crate) fn meta(&self, id: &ObjectId) -> Option<ObjectMeta> {
+        let found = self.inner.metas.get(id);
         match &found {
             Some(_) => self.inner.meta_counters.hit(),
             None => self.inner.meta_counters.miss(),
@@ -199,36 +194,64 @@ impl HandleCache {
         found
     }
 
-    /// The cached metadata of `key`, if any, without counting a lookup.
-    pub(crate) fn peek_meta(&self, key: &ObjectKey) -> Option<ObjectMeta> {
-        self.inner.metas.get(key)
+    /// The cached metadata of `id`, if any, without counting a lookup.
+    pub(crate) fn peek(&self, id: &ObjectId) -> Option<ObjectMeta> {
+        self.inner.metas.get(id)
     }
 
-    /// Records metadata a response showed. A version different from the cached one replaces it
-    /// and drops the listings that still hold the old one.
-    pub(crate) fn record(&self, store: &Arc<str>, meta: &ObjectMeta) {
+    /// Records metadata a response or a listing showed. The same version as the cached one
+    /// keeps the entry (completed with a strong e_tag it lacked); another version replaces it,
+    /// is counted, and drops the listings that still hold the old one. Returns the replaced
+    /// version's metadata, whose other entries the caller drops.
+    pub(crate) fn record(&self, store: &StoreKey, meta: &ObjectMeta) -> Option<ObjectMeta> {
         if !self.inner.config.enabled {
-            return;
+            return None;
         }
-        let key = ObjectKey {
-            store: Arc::clone(store),
+        let id = ObjectId {
+            store: store.clone(),
             path: meta.location.clone(),
         };
-        match self.inner.metas.get(&key) {
-            Some(cached) if same_version(&cached, meta) => {
-                if cached.e_tag.is_none() && meta.e_tag.is_some() {
-                    // Learn the e_tag a listing left out: reads of the object can then be
-                    // guarded by it (and its ranges cached).
-                    self.inner.metas.insert(key, meta.clone());
+        match self.inner.metas.get(&id) {
+            Some(cached) if ObjectVersion::new(store.clone(), &cached).matches(meta) => {
+                let seen = ObjectVersion::new(store.clone(), meta);
+                if !ObjectVersion::new(store.clone(), &cached).pins_bytes() && seen.pins_bytes() {
+                    // Learn the validator a listing left out: reads of the object can then be
+                    // guarded by it (and its bytes kept).
+                    self.inner.metas.insert(id, meta.clone());
                 }
+                None
             }
-            Some(_) => {
+            Some(old) => {
                 self.inner.version_changes.fetch_add(1, Relaxed);
-                self.inner.metas.insert(key, meta.clone());
+                self.inner.metas.insert(id, meta.clone());
                 self.invalidate_listings(store, &meta.location);
+                Some(old)
             }
-            None => self.inner.metas.insert(key, meta.clone()),
+            None => {
+                self.index_path(&id);
+                self.inner.metas.insert(id, meta.clone());
+                None
+            }
         }
+    }
+
+    /// [`HandleCache::record`] for an object a listing that began at `epoch` showed: nothing
+    /// is recorded if an invalidation came since, as it may be of a write the listing missed.
+    pub(crate) fn record_listed(
+        &self,
+        store: &StoreKey,
+        meta: &ObjectMeta,
+        epoch: u64,
+    ) -> Option<ObjectMeta> {
+        if self.epoch() != epoch {
+            return None;
+        }
+        self.record(store, meta)
+    }
+
+    /// Counts a response that showed another version than a reader asked for.
+    pub(crate) fn count_version_change(&self) {
+        self.inner.version_changes.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn listing(&self, key: &ListKey) -> Option<Arc<Listing>> {
@@ -247,7 +270,7 @@ impl HandleCache {
 
     /// Caches a complete listing. A listing with more objects than the capacity is not kept,
     /// nor one that started (at `epoch`) before an invalidation: it may have missed the write
-    /// that caused it. The metadata of its objects is recorded by the caller as it streams.
+    /// that caused it.
     pub(crate) fn record_listing(&self, key: ListKey, listing: Listing, epoch: u64) {
         if self.epoch() != epoch || !self.inner.config.enabled {
             return;
@@ -263,15 +286,12 @@ impl HandleCache {
     }
 
     /// Drops the metadata of one object and every cached listing that may contain it.
-    pub(crate) fn invalidate(&self, store: &Arc<str>, path: &Path) {
-        self.inner.metas.invalidate(&ObjectKey {
-            store: Arc::clone(store),
-            path: path.clone(),
-        });
-        self.invalidate_listings(store, path);
+    pub(crate) fn invalidate(&self, id: &ObjectId) {
+        self.inner.metas.invalidate(id);
+        self.invalidate_listings(&id.store, &id.path);
     }
 
-    fn invalidate_listings(&self, store: &Arc<str>, path: &Path) {
+    fn invalidate_listings(&self, store: &StoreKey, path: &Path) {
         self.inner.epoch.fetch_add(1, Relaxed);
         let stale: Vec<Arc<ListKey>> = self
             .inner
@@ -284,6 +304,69 @@ impl HandleCache {
             self.inner.lists.invalidate(key.as_ref());
         }
     }
+
+    /// The version `meta` (a plan's view of an object of `store`) names, completed with what
+    /// the cache knows of that same version (a strong e_tag a listing left out), and whether
+    /// the cache held it.
+    pub(crate) fn version_of(&self, store: &StoreKey, meta: &ObjectMeta) -> (ObjectVersion, bool) {
+        let seen = ObjectVersion::new(store.clone(), meta);
+        let id = seen.id().clone();
+        match self.inner.metas.get(&id) {
+            Some(cached) if seen.matches(&cached) => {
+                let known = ObjectVersion::new(store.clone(), &cached);
+                let better = !seen.pins_bytes() && known.pins_bytes();
+                (if better { known } else { seen }, true)
+            }
+            _ => (seen, false),
+        }
+    }
+
+    /// `version` (known by its size and time alone) with the strong validator the cache holds
+    /// for that same version, if it holds one.
+    pub(crate) fn complete(&self, version: &ObjectVersion) -> Option<ObjectVersion> {
+        let cached = self.peek(version.id())?;
+        let known = ObjectVersion::new(version.store().clone(), &cached);
+        (known.pins_bytes() && version.matches(&cached)).then_some(known)
+    }
+
+    /// Whether some store's cached metadata shows `path` at a version `meta` is not: then an
+    /// entry keyed by path alone and made for `meta` may be another version's.
+    pub(crate) fn contradicts(&self, path: &Path, meta: &ObjectMeta) -> bool {
+        let stores = lock(&self.inner.paths)
+            .get(path)
+            .cloned()
+            .unwrap_or_default();
+        stores.into_iter().any(|store| {
+            let id = ObjectId {
+                store: store.clone(),
+                path: path.clone(),
+            };
+            self.peek(&id)
+                .is_some_and(|cached| !ObjectVersion::new(store, &cached).matches(meta))
+        })
+    }
+
+    fn index_path(&self, id: &ObjectId) {
+        let mut paths = lock(&self.inner.paths);
+        let stores = paths.entry(id.path.clone()).or_default();
+        if !stores.contains(&id.store) {
+            stores.push(id.store.clone());
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unindex(paths: &PathIndex, id: &ObjectId) {
+    let mut paths = lock(paths);
+    if let Some(stores) = paths.get_mut(&id.path) {
+        stores.retain(|s| s != &id.store);
+        if stores.is_empty() {
+            paths.remove(&id.path);
+        }
+    }
 }
 
 /// Whether a listing of `prefix` can contain `path` (object_store prefixes match whole
@@ -292,38 +375,6 @@ fn covers(prefix: Option<&Path>, path: &Path) -> bool {
     match prefix {
         None => true,
         Some(p) => path.prefix_match(p).is_some(),
-    }
-}
-
-/// Whether two observations of one object show the same version. With e_tags on both sides
-/// the e_tag decides; otherwise the modification time. Sizes must always agree. Listings and
-/// HEADs report modification times at different precisions on some stores (milliseconds
-/// against whole seconds), so when only one side has an e_tag the times need only agree
-/// within a second.
-pub(crate) fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
-    if a.size != b.size || a.version != b.version {
-        return false;
-    }
-    match (&a.e_tag, &b.e_tag) {
-        (Some(x), Some(y)) => x == y,
-        (None, None) => a.last_modified == b.last_modified,
-        // A listing without e_tags (millisecond times) against a HEAD or GET (whole seconds).
-        _ => (a.last_modified - b.last_modified).abs() < chrono::TimeDelta::seconds(1),
-    }
-}
-
-impl HandleCache {
-    /// What the cache knows of the version `meta` describes: its cached metadata if that is
-    /// the same version (it may carry an e_tag `meta` lacks), else `meta` itself.
-    pub(crate) fn best_meta(&self, store: &Arc<str>, meta: &ObjectMeta) -> ObjectMeta {
-        let key = ObjectKey {
-            store: Arc::clone(store),
-            path: meta.location.clone(),
-        };
-        match self.inner.metas.get(&key) {
-            Some(cached) if same_version(&cached, meta) => cached,
-            _ => meta.clone(),
-        }
     }
 }
 
@@ -344,119 +395,4 @@ fn with_expiry<K, V, C>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::{TimeZone, Utc};
-
-    fn meta(path: &str, size: u64, e_tag: Option<&str>) -> ObjectMeta {
-        ObjectMeta {
-            location: Path::from(path),
-            last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
-            size,
-            e_tag: e_tag.map(str::to_string),
-            version: None,
-        }
-    }
-
-    #[test]
-    fn capacity_bounds_the_metadata_entries() {
-        let cache = HandleCache::try_new(HandleConfig {
-            capacity: 10,
-            ..HandleConfig::default()
-        })
-        .unwrap();
-        let store: Arc<str> = "mem://".into();
-        for i in 0..100 {
-            let m = meta(&format!("f{i}"), i, Some("e"));
-            cache.record(&store, &m);
-            // Touch it again so frequency-based admission lets later keys in.
-            cache.meta(&ObjectKey {
-                store: Arc::clone(&store),
-                path: m.location.clone(),
-            });
-        }
-        let stats = cache.stats();
-        assert!(stats.metadata.entries <= 10, "{stats:?}");
-        assert!(stats.metadata.evictions > 0, "{stats:?}");
-    }
-
-    #[test]
-    fn a_new_version_replaces_the_entry_and_drops_listings() {
-        let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
-        let store: Arc<str> = "mem://".into();
-        let key = ListKey {
-            store: Arc::clone(&store),
-            prefix: Some(Path::from("dir")),
-            kind: ListKind::Recursive,
-        };
-        let other = ListKey {
-            prefix: Some(Path::from("dirx")),
-            ..key.clone()
-        };
-        let old = meta("dir/a", 10, Some("v1"));
-        cache.record(&store, &old);
-        for k in [&key, &other] {
-            cache.record_listing(
-                k.clone(),
-                Listing {
-                    objects: vec![old.clone()],
-                    common_prefixes: vec![],
-                },
-                cache.epoch(),
-            );
-        }
-        cache.record(&store, &meta("dir/a", 12, Some("v2")));
-        let k = ObjectKey {
-            store: Arc::clone(&store),
-            path: Path::from("dir/a"),
-        };
-        assert_eq!(cache.meta(&k).unwrap().size, 12);
-        assert!(
-            cache.listing(&key).is_none(),
-            "listing of the parent dropped"
-        );
-        assert!(cache.listing(&other).is_some(), "unrelated prefix kept");
-        assert_eq!(cache.stats().version_changes, 1);
-    }
-
-    #[test]
-    fn ttl_zero_never_expires_and_the_idle_timeout_does() {
-        let key = |path: &str| ObjectKey {
-            store: "mem://".into(),
-            path: Path::from(path),
-        };
-        let forever = HandleCache::try_new(HandleConfig {
-            ttl: Duration::ZERO,
-            ..HandleConfig::default()
-        })
-        .unwrap();
-        let idle = HandleCache::try_new(HandleConfig {
-            ttl: Duration::ZERO,
-            idle_timeout: Some(Duration::from_millis(60)),
-            ..HandleConfig::default()
-        })
-        .unwrap();
-        for cache in [&forever, &idle] {
-            cache.record(&"mem://".into(), &meta("a", 1, Some("e")));
-        }
-        std::thread::sleep(Duration::from_millis(150));
-        assert!(forever.meta(&key("a")).is_some());
-        assert!(idle.meta(&key("a")).is_none());
-        assert_eq!(idle.stats().metadata.expirations, 1);
-        assert_eq!(forever.stats().metadata.expirations, 0);
-    }
-
-    #[test]
-    fn versions_compare_by_e_tag_then_time() {
-        let a = meta("a", 1, Some("x"));
-        let mut b = a.clone();
-        b.last_modified = Utc.timestamp_opt(1_700_000_001, 0).unwrap();
-        assert!(same_version(&a, &b), "same e_tag, coarser time");
-        b.e_tag = Some("y".into());
-        assert!(!same_version(&a, &b));
-        let (mut c, mut d) = (a.clone(), b.clone());
-        c.e_tag = None;
-        d.e_tag = None;
-        assert!(!same_version(&c, &d));
-    }
-}
+mod tests;

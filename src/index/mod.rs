@@ -1,15 +1,21 @@
-//! Index-node caching: deserialized Parquet footers (with their page index once loaded) and
-//! bloom filters, decoded once per object version and shared, immutable, by every scan.
+//! Index-node caching: deserialized Parquet footers (with their page index) and bloom
+//! filters, decoded once per object version and shared, immutable, by every scan.
 //!
-//! One size-weighted cache holds every entry. Concurrent misses for one key make one load:
-//! the first caller's load is shared (through moka's atomic `entry().or_insert_with`) with
-//! everyone who asks meanwhile, and a failed load is handed to all of them and not kept.
+//! One size-weighted cache holds every entry. Concurrent misses for one key make one load: the
+//! first caller's load runs as a task of its own, which everyone who asks meanwhile joins. A
+//! failed load is handed to all of them and not kept; a load that panics is an error, not a
+//! poisoned key; a load whose every waiter has gone (its query was cancelled) is aborted, so
+//! it holds nothing of that query.
+//!
+//! [`footer`] fetches and checks footers: what a load of a footer runs.
 
-mod datafusion_cache;
+mod file_metadata_cache;
+pub mod footer;
 
-use std::hash::Hash;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use datafusion::error::{DataFusionError, Result};
@@ -17,70 +23,13 @@ use datafusion::execution::cache::cache_manager::CachedFileMetadataEntry;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use moka::sync::Cache;
-use object_store::ObjectMeta;
 use object_store::path::Path;
 use parquet::file::metadata::ParquetMetaData;
-use url::Url;
+use tokio::task::AbortHandle;
 
 use crate::config::IndexConfig;
-use crate::stats::{CacheCounters, CacheStats, settle};
-
-/// One version of one object: store URL, path, size, and e_tag (or modification time).
-/// Every index entry is keyed by it, so a replaced object is a miss, never stale metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ObjectVersion {
-    store: Arc<str>,
-    path: Path,
-    size: u64,
-    tag: Arc<str>,
-}
-
-impl ObjectVersion {
-    /// The version `meta` describes, of an object in the store at `store_url`.
-    pub fn new(store_url: &Url, meta: &ObjectMeta) -> Self {
-        Self::with_store_key(crate::store_key(store_url), meta)
-    }
-
-    /// The object's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The object's size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    /// The store key (scheme, host and port of the store's URL).
-    pub(crate) fn store(&self) -> &Arc<str> {
-        &self.store
-    }
-
-    /// A text naming this version exactly, stable across processes: what the disk tier
-    /// writes into each entry and checks on reading it back.
-    pub(crate) fn canonical(&self) -> String {
-        format!("{}\n{}\n{}\n{}", self.store, self.path, self.size, self.tag)
-    }
-
-    /// The version `meta` describes, of an object in the store whose key is `store`.
-    pub(crate) fn with_store_key(store: Arc<str>, meta: &ObjectMeta) -> Self {
-        let tag = match (&meta.version, &meta.e_tag) {
-            (Some(v), _) => format!("v:{v}"),
-            (None, Some(e)) => format!("e:{e}"),
-            (None, None) => format!("t:{}", meta.last_modified.timestamp_micros()),
-        };
-        Self {
-            store,
-            path: meta.location.clone(),
-            size: meta.size,
-            tag: tag.into(),
-        }
-    }
-
-    fn same_object(&self, other: &Self) -> bool {
-        self.path == other.path && self.store == other.store
-    }
-}
+use crate::object::{ObjectId, ObjectVersion};
+use crate::stats::{CacheCounters, IndexStats, settle};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum IndexKey {
@@ -89,7 +38,7 @@ enum IndexKey {
     /// The bloom filter of one column chunk: (row group, column).
     Bloom(ObjectVersion, usize, usize),
     /// An entry DataFusion's own reader put through the `FileMetadataCache` interface, keyed
-    /// as DataFusion keys it (by path only; DataFusion validates size and modification time).
+    /// as DataFusion keys it (by path only). Never served to this crate's readers.
     DataFusion(Path),
 }
 
@@ -105,7 +54,8 @@ impl IndexKey {
 #[derive(Debug, Clone)]
 enum IndexEntry {
     Footer(Arc<ParquetMetaData>),
-    /// Bloom filter bytes (header and bitset); `None` records that the chunk has none.
+    /// Bloom filter bytes (header and bitset), in a buffer of their own; `None` records that
+    /// the chunk has none.
     Bloom(Option<Bytes>),
     DataFusion(CachedFileMetadataEntry),
 }
@@ -122,28 +72,14 @@ impl IndexEntry {
     }
 }
 
-type Load = Shared<BoxFuture<'static, std::result::Result<IndexEntry, Arc<DataFusionError>>>>;
+type LoadResult = std::result::Result<IndexEntry, Arc<DataFusionError>>;
 
-/// Figures of an [`IndexCache`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IndexStats {
-    /// Lookups, evictions and entries.
-    pub cache: CacheStats,
-    /// Bytes held now.
-    pub bytes: u64,
-    /// Footers added: loads run by [`IndexCache::metadata`] (a fetch and decode, or the reuse
-    /// of a footer DataFusion's planning decoded), and footers DataFusion's own reader put.
-    /// Unchanged across warm queries.
-    pub footer_loads: u64,
-    /// Bloom-filter loads that ran.
-    pub bloom_loads: u64,
-    /// Entries not kept because they exceed the per-entry share of the capacity.
-    pub rejected: u64,
-    /// The bloom-filter entries alone (they share the capacity with footers): lookups,
-    /// removals and entries.
-    pub blooms: CacheStats,
-    /// Bytes the bloom-filter entries hold.
-    pub bloom_bytes: u64,
+/// A load under way and who waits for it.
+struct Loading {
+    id: u64,
+    shared: Shared<BoxFuture<'static, LoadResult>>,
+    waiters: usize,
+    abort: Option<AbortHandle>,
 }
 
 /// The shared cache of deserialized Parquet index structures. Cheap to clone.
@@ -153,18 +89,25 @@ pub struct IndexStats {
 /// let cache = IndexCache::try_new(IndexConfig::default()).unwrap();
 /// assert_eq!(cache.stats().bytes, 0);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct IndexCache {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for IndexCache {
+    // Not derived: moka's `Debug` prints every entry.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexCache")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     config: IndexConfig,
     entries: Cache<IndexKey, IndexEntry>,
-    loading: Cache<IndexKey, Load>,
-    /// The version of each object last loaded, to drop the entries of older versions.
-    current: Cache<(Arc<str>, Path), ObjectVersion>,
+    loading: Mutex<HashMap<IndexKey, Loading>>,
+    next_load: AtomicU64,
     counters: Arc<CacheCounters>,
     /// The share of `counters` that concerns bloom filters.
     blooms: Arc<CacheCounters>,
@@ -178,7 +121,6 @@ struct Inner {
 impl IndexCache {
     /// Builds a cache after validating `config`.
     pub fn try_new(config: IndexConfig) -> Result<Self> {
-        config.validate()?;
         let counters = Arc::new(CacheCounters::default());
         let blooms = Arc::new(CacheCounters::default());
         let entries = Cache::builder()
@@ -200,10 +142,8 @@ impl IndexCache {
                 datafusion_limit: AtomicU64::new(config.capacity_bytes),
                 config,
                 entries,
-                loading: Cache::new(100_000),
-                // Bounded by count (~200 bytes each); an object that falls out is only
-                // missed by the old-version cleanup, and its stale entries age out anyway.
-                current: Cache::new(100_000),
+                loading: Mutex::default(),
+                next_load: AtomicU64::new(0),
                 counters,
                 blooms,
                 footer_loads: AtomicU64::new(0),
@@ -240,33 +180,47 @@ impl IndexCache {
         }
     }
 
+    /// Loads running now (for tests that check nothing is left behind).
+    pub fn loads_in_flight(&self) -> usize {
+        lock(&self.inner.loading).len()
+    }
+
     /// Drops every entry.
     pub fn clear(&self) {
         self.inner.entries.invalidate_all();
-        self.inner.current.invalidate_all();
         self.inner.entries.run_pending_tasks();
     }
 
-    /// Drops every entry of one object, whatever its version.
-    pub fn invalidate(&self, store_url: &Url, path: &Path) {
-        let store = crate::store_key(store_url);
-        self.inner
-            .current
-            .invalidate(&(Arc::clone(&store), path.clone()));
+    /// Drops every entry of one object, whatever its version, DataFusion's own included.
+    pub(crate) fn invalidate(&self, id: &ObjectId) {
         self.inner
             .entries
-            .invalidate(&IndexKey::DataFusion(path.clone()));
-        let path = path.clone();
+            .invalidate(&IndexKey::DataFusion(id.path.clone()));
+        let id = id.clone();
         // Predicates are applied lazily by moka; lookups already skip matching entries.
-        let _ = self.inner.entries.invalidate_entries_if(move |k, _| {
-            k.object()
-                .is_some_and(|o| o.path == path && o.store == store)
-        });
+        let _ = self
+            .inner
+            .entries
+            .invalidate_entries_if(move |k, _| k.object().is_some_and(|o| o.id() == &id));
     }
 
-    /// The footer of `object`, from the cache or from `load` (run once however many callers
-    /// ask at the same time). The metadata `load` returns should hold the page index.
-    pub async fn metadata<F>(&self, object: &ObjectVersion, load: F) -> Result<Arc<ParquetMetaData>>
+    /// Drops the entries of one version of an object.
+    pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
+        let version = version.clone();
+        let _ = self
+            .inner
+            .entries
+            .invalidate_entries_if(move |k, _| k.object() == Some(&version));
+    }
+
+    /// The footer of `version`, from the cache or from `load` (run once however many callers
+    /// ask at the same time), and whether it was found rather than loaded by this caller.
+    /// The metadata `load` returns should hold the page index.
+    pub async fn metadata<F>(
+        &self,
+        version: &ObjectVersion,
+        load: F,
+    ) -> Result<(Arc<ParquetMetaData>, bool)>
     where
         F: Future<Output = Result<Arc<ParquetMetaData>>> + Send + 'static,
     {
@@ -276,92 +230,171 @@ impl IndexCache {
             load.await.map(IndexEntry::Footer)
         };
         match self
-            .get_or_load(IndexKey::Footer(object.clone()), load)
+            .get_or_load(IndexKey::Footer(version.clone()), load)
             .await?
         {
-            IndexEntry::Footer(m) => Ok(m),
-            _ => unreachable!("footer keys hold footers"),
+            (IndexEntry::Footer(m), hit) => Ok((m, hit)),
+            _ => Err(mixed_up()),
         }
     }
 
-    /// The cached footer of `object`, if present, without loading it.
-    pub fn cached_metadata(&self, object: &ObjectVersion) -> Option<Arc<ParquetMetaData>> {
-        match self.inner.entries.get(&IndexKey::Footer(object.clone()))? {
+    /// The cached footer of `version`, if present, without loading it.
+    pub fn cached_metadata(&self, version: &ObjectVersion) -> Option<Arc<ParquetMetaData>> {
+        match self.inner.entries.get(&IndexKey::Footer(version.clone()))? {
             IndexEntry::Footer(m) => Some(m),
             _ => None,
         }
     }
 
-    /// The bloom filter bytes of (row group, column) of `object`, or `None` if that column
-    /// chunk has none; from the cache or from `load`, run once per key.
+    /// The bloom filter bytes of (row group, column) of `version`, or `None` if that column
+    /// chunk has none; from the cache or from `load`, run once per key. The second value says
+    /// whether it was found rather than loaded by this caller.
     pub async fn bloom_filter<F>(
         &self,
-        object: &ObjectVersion,
+        version: &ObjectVersion,
         row_group: usize,
         column: usize,
         load: F,
-    ) -> Result<Option<Bytes>>
+    ) -> Result<(Option<Bytes>, bool)>
     where
         F: Future<Output = Result<Option<Bytes>>> + Send + 'static,
     {
         let loads = Arc::clone(&self.inner);
         let load = async move {
             loads.bloom_loads.fetch_add(1, Relaxed);
-            load.await.map(IndexEntry::Bloom)
+            // A buffer of its own: a slice would keep the whole download it came from alive,
+            // counted as only the slice's length.
+            let filter = load.await?;
+            Ok(IndexEntry::Bloom(
+                filter.map(|b| Bytes::copy_from_slice(&b)),
+            ))
         };
-        let key = IndexKey::Bloom(object.clone(), row_group, column);
+        let key = IndexKey::Bloom(version.clone(), row_group, column);
         match self.get_or_load(key, load).await? {
-            IndexEntry::Bloom(b) => Ok(b),
-            _ => unreachable!("bloom keys hold bloom filters"),
+            (IndexEntry::Bloom(b), hit) => Ok((b, hit)),
+            _ => Err(mixed_up()),
         }
     }
 
-    async fn get_or_load<F>(&self, key: IndexKey, load: F) -> Result<IndexEntry>
+    async fn get_or_load<F>(&self, key: IndexKey, load: F) -> Result<(IndexEntry, bool)>
     where
         F: Future<Output = Result<IndexEntry>> + Send + 'static,
     {
         let bloom = matches!(key, IndexKey::Bloom(..));
         if let Some(hit) = self.inner.entries.get(&key) {
-            self.inner.counters.hit();
-            if bloom {
-                self.inner.blooms.hit();
-            }
-            return Ok(hit);
+            self.count(bloom, true);
+            return Ok((hit, true));
         }
-        self.inner.counters.miss();
-        if bloom {
-            self.inner.blooms.miss();
-        }
-        let shared = self
-            .inner
-            .loading
-            .entry(key.clone())
-            .or_insert_with(|| {
-                let this = self.clone();
-                let key = key.clone();
-                async move {
-                    // A load that just finished may have admitted the entry between this
-                    // caller's miss and its joining: take it rather than load again.
-                    if let Some(hit) = this.inner.entries.get(&key) {
-                        this.inner.loading.invalidate(&key);
-                        return Ok(hit);
-                    }
-                    let loaded = load.await;
-                    if let Ok(entry) = &loaded {
-                        this.admit(&key, entry.clone());
-                    }
-                    this.inner.loading.invalidate(&key);
-                    loaded.map_err(Arc::new)
+        let (shared, id, fresh) = {
+            let mut loading = lock(&self.inner.loading);
+            match loading.get_mut(&key) {
+                Some(l) => {
+                    l.waiters += 1;
+                    (l.shared.clone(), l.id, false)
                 }
-                .boxed()
-                .shared()
-            })
-            .into_value();
-        shared.await.map_err(DataFusionError::Shared)
+                None => {
+                    // A load that just finished may have admitted the entry between the miss
+                    // above and taking the lock: take it rather than load again.
+                    if let Some(hit) = self.inner.entries.get(&key) {
+                        drop(loading);
+                        self.count(bloom, true);
+                        return Ok((hit, true));
+                    }
+                    let id = self.inner.next_load.fetch_add(1, Relaxed);
+                    let (shared, abort) = self.start(key.clone(), id, load);
+                    let entry = Loading {
+                        id,
+                        shared: shared.clone(),
+                        waiters: 1,
+                        abort,
+                    };
+                    loading.insert(key.clone(), entry);
+                    (shared, id, true)
+                }
+            }
+        };
+        self.count(bloom, !fresh);
+        let waiter = Waiter {
+            cache: self.clone(),
+            key,
+            id,
+        };
+        let result = shared.await;
+        drop(waiter);
+        result
+            .map(|entry| (entry, !fresh))
+            .map_err(DataFusionError::Shared)
     }
 
-    /// Keeps `entry` unless it is larger than the per-entry share of the capacity, and drops
-    /// the entries of older versions of the same object.
+    fn count(&self, bloom: bool, hit: bool) {
+        let counters = [
+            Some(&self.inner.counters),
+            bloom.then_some(&self.inner.blooms),
+        ];
+        for c in counters.into_iter().flatten() {
+            match hit {
+                true => c.hit(),
+                false => c.miss(),
+            }
+        }
+    }
+
+    /// Starts the load of `key` as a task of its own (inline outside a Tokio runtime).
+    fn start<F>(
+        &self,
+        key: IndexKey,
+        id: u64,
+        load: F,
+    ) -> (Shared<BoxFuture<'static, LoadResult>>, Option<AbortHandle>)
+    where
+        F: Future<Output = Result<IndexEntry>> + Send + 'static,
+    {
+        let this = self.clone();
+        let task = async move {
+            let done = Done {
+                cache: this.clone(),
+                key: key.clone(),
+                id,
+            };
+            let loaded = load.await;
+            if let Ok(entry) = &loaded {
+                this.admit(&key, entry.clone());
+            }
+            drop(done);
+            loaded.map_err(Arc::new)
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let handle = runtime.spawn(task);
+                let abort = handle.abort_handle();
+                let joined = handle.map(|joined| {
+                    joined.unwrap_or_else(|e| {
+                        let why = if e.is_panic() {
+                            "panicked"
+                        } else {
+                            "was cancelled"
+                        };
+                        Err(Arc::new(DataFusionError::Execution(format!(
+                            "loading a Parquet index entry {why}"
+                        ))))
+                    })
+                });
+                (joined.boxed().shared(), Some(abort))
+            }
+            Err(_) => (task.boxed().shared(), None),
+        }
+    }
+
+    /// Removes the load `id` of `key` from the single-flight map, if it is still there.
+    fn forget_load(&self, key: &IndexKey, id: u64) -> Option<Loading> {
+        let mut loading = lock(&self.inner.loading);
+        match loading.get(key) {
+            Some(l) if l.id == id => loading.remove(key),
+            _ => None,
+        }
+    }
+
+    /// Keeps `entry` unless it is larger than the per-entry share of the capacity.
     fn admit(&self, key: &IndexKey, entry: IndexEntry) {
         let i = &self.inner;
         if !i.config.enabled {
@@ -371,20 +404,120 @@ impl IndexCache {
             i.rejected.fetch_add(1, Relaxed);
             return;
         }
-        if let Some(object) = key.object() {
-            let id = (Arc::clone(&object.store), object.path.clone());
-            if let Some(old) = i.current.get(&id)
-                && &old != object
-            {
-                let object = object.clone();
-                let _ = i.entries.invalidate_entries_if(move |k, _| {
-                    k.object()
-                        .is_some_and(|o| o.same_object(&object) && o != &object)
-                });
-            }
-            i.current.insert(id, object.clone());
-        }
         i.entries.insert(key.clone(), entry);
+    }
+
+    /// DataFusion's own entry for `path`, if any, counted as a lookup.
+    fn datafusion_get(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
+        let found = match self.inner.entries.get(&IndexKey::DataFusion(path.clone())) {
+            Some(IndexEntry::DataFusion(e)) => Some(e),
+            _ => None,
+        };
+        self.count(false, found.is_some());
+        found
+    }
+
+    /// Keeps an entry of DataFusion's own reader (unless DataFusion set its limit to 0).
+    fn datafusion_put(&self, path: &Path, entry: CachedFileMetadataEntry) {
+        if self.inner.datafusion_limit.load(Relaxed) == 0 {
+            return;
+        }
+        self.inner.footer_loads.fetch_add(1, Relaxed);
+        self.admit(
+            &IndexKey::DataFusion(path.clone()),
+            IndexEntry::DataFusion(entry),
+        );
+    }
+
+    /// DataFusion's own entry for `path`, if any, not counted.
+    fn datafusion_peek(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
+        match self
+            .inner
+            .entries
+            .get(&IndexKey::DataFusion(path.clone()))?
+        {
+            IndexEntry::DataFusion(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Removes DataFusion's own entry for `path`.
+    fn datafusion_remove(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
+        match self
+            .inner
+            .entries
+            .remove(&IndexKey::DataFusion(path.clone()))?
+        {
+            IndexEntry::DataFusion(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Every entry of DataFusion's own.
+    fn datafusion_entries(&self) -> Vec<(Path, CachedFileMetadataEntry)> {
+        self.inner
+            .entries
+            .iter()
+            .filter_map(|(k, v)| match (k.as_ref(), v) {
+                (IndexKey::DataFusion(path), IndexEntry::DataFusion(e)) => Some((path.clone(), e)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The limit DataFusion last set (`datafusion.runtime.metadata_cache_limit`).
+    fn datafusion_limit(&self) -> u64 {
+        self.inner.datafusion_limit.load(Relaxed)
+    }
+
+    /// Remembers the limit DataFusion asks for; 0 stops its reader from adding entries.
+    fn set_datafusion_limit(&self, limit: u64) {
+        self.inner.datafusion_limit.store(limit, Relaxed);
+    }
+}
+
+fn mixed_up() -> DataFusionError {
+    DataFusionError::Internal("an index entry of another kind under this key".into())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One caller waiting for a load: the last to go aborts a load nobody waits for.
+struct Waiter {
+    cache: IndexCache,
+    key: IndexKey,
+    id: u64,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut loading = lock(&self.cache.inner.loading);
+        let Some(l) = loading.get_mut(&self.key).filter(|l| l.id == self.id) else {
+            return;
+        };
+        l.waiters -= 1;
+        if l.waiters == 0
+            && let Some(l) = loading.remove(&self.key)
+            && let Some(abort) = l.abort
+        {
+            abort.abort();
+        }
+    }
+}
+
+/// Held by a running load: however it ends (done, failed, panicked, aborted), it leaves the
+/// single-flight map.
+struct Done {
+    cache: IndexCache,
+    key: IndexKey,
+    id: u64,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.cache.forget_load(&self.key, self.id);
     }
 }
 

@@ -2,11 +2,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
-use datafusion::execution::cache::Cache;
+use object_store::ObjectMeta;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 
 use super::*;
+use crate::object::StoreKey;
 use crate::testkit::lake::{LakeSpec, file_bytes};
 
 fn footer(seed: u64) -> Arc<ParquetMetaData> {
@@ -20,7 +20,7 @@ fn footer(seed: u64) -> Arc<ParquetMetaData> {
 
 fn version(path: &str, e_tag: &str) -> ObjectVersion {
     ObjectVersion::new(
-        &url::Url::parse("s3://bucket").unwrap(),
+        StoreKey::of(&url::Url::parse("s3://bucket").unwrap()),
         &ObjectMeta {
             location: Path::from(path),
             last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
@@ -85,18 +85,24 @@ async fn concurrent_misses_make_one_load() {
     }
     assert_eq!(loads.load(Ordering::SeqCst), 1);
     assert!(
-        results.iter().all(|m| Arc::ptr_eq(m, &results[0])),
+        results.iter().all(|(m, _)| Arc::ptr_eq(m, &results[0].0)),
         "one shared value"
+    );
+    assert_eq!(
+        results.iter().filter(|(_, hit)| !hit).count(),
+        1,
+        "one miss"
     );
     let stats = cache.stats();
     assert_eq!(stats.footer_loads, 1);
     assert_eq!(stats.cache.entries, 1);
     // A later lookup is a hit without a load.
-    cache
+    let (_, hit) = cache
         .metadata(&object, async { panic!("no load on a hit") })
         .await
         .unwrap();
-    assert_eq!(cache.stats().cache.hits, 1);
+    assert!(hit);
+    assert_eq!(cache.loads_in_flight(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +134,7 @@ async fn a_failed_load_reaches_every_waiter_and_is_not_kept() {
         );
     }
     assert_eq!(cache.stats().footer_loads, 1);
-    let m = cache
+    let (m, _) = cache
         .metadata(&object, async { Ok(footer(1)) })
         .await
         .unwrap();
@@ -136,8 +142,53 @@ async fn a_failed_load_reaches_every_waiter_and_is_not_kept() {
     assert_eq!(cache.stats().footer_loads, 2, "the failure was not cached");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_load_is_an_error_and_the_next_load_runs() {
+    let cache = cache(64 << 20);
+    let object = version("p.parquet", "v1");
+    let err = cache
+        .metadata(&object, async { panic!("a decoder bug") })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+    assert_eq!(
+        cache.loads_in_flight(),
+        0,
+        "not left in the single-flight map"
+    );
+    let (m, hit) = cache
+        .metadata(&object, async { Ok(footer(1)) })
+        .await
+        .unwrap();
+    assert!(!hit && m.num_row_groups() == 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_nobody_waits_for_is_aborted_and_drops_what_it_holds() {
+    let cache = cache(64 << 20);
+    let object = version("slow.parquet", "v1");
+    // Stands for what a load captures from its query: a prefetch lease, a reservation.
+    let held = Arc::new(());
+    let captured = Arc::clone(&held);
+    let waiting = cache.metadata(&object, async move {
+        let _keep = captured;
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(footer(1))
+    });
+    // The query is dropped while its footer loads.
+    let _ = tokio::time::timeout(Duration::from_millis(50), waiting).await;
+    for _ in 0..100 {
+        if Arc::strong_count(&held) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(Arc::strong_count(&held), 1, "the load was aborted");
+    assert_eq!(cache.loads_in_flight(), 0);
+}
+
 #[tokio::test]
-async fn a_new_version_is_a_miss_and_drops_the_old_entries() {
+async fn versions_are_separate_entries_and_a_version_can_be_dropped() {
     let cache = cache(64 << 20);
     let v1 = version("f.parquet", "v1");
     let v2 = version("f.parquet", "v2");
@@ -146,31 +197,45 @@ async fn a_new_version_is_a_miss_and_drops_the_old_entries() {
         .bloom_filter(&v1, 0, 0, async { Ok(Some(Bytes::from_static(b"bits"))) })
         .await
         .unwrap();
-    let m2 = cache.metadata(&v2, async { Ok(footer(2)) }).await.unwrap();
+    let (m2, _) = cache.metadata(&v2, async { Ok(footer(2)) }).await.unwrap();
     assert_eq!(cache.stats().footer_loads, 2);
+    cache.invalidate_version(&v1);
     assert!(cache.cached_metadata(&v1).is_none(), "old version gone");
     assert!(Arc::ptr_eq(&cache.cached_metadata(&v2).unwrap(), &m2));
+    cache.inner.entries.run_pending_tasks();
     let stats = cache.stats();
     assert_eq!(stats.cache.entries, 1, "{stats:?}");
 }
 
 #[tokio::test]
-async fn bloom_filters_and_their_absence_are_cached() {
+async fn bloom_filters_and_their_absence_are_cached_in_buffers_of_their_own() {
     let cache = cache(64 << 20);
     let v = version("f.parquet", "v1");
+    let download = Bytes::from(vec![7u8; 1 << 20]);
     for _ in 0..3 {
-        let none = cache
+        let (none, _) = cache
             .bloom_filter(&v, 1, 2, async { Ok(None) })
             .await
             .unwrap();
         assert!(none.is_none());
-        let some = cache
-            .bloom_filter(&v, 0, 0, async { Ok(Some(Bytes::from_static(b"bitset"))) })
+        let slice = download.slice(100..164);
+        let (some, _) = cache
+            .bloom_filter(&v, 0, 0, async move { Ok(Some(slice)) })
             .await
             .unwrap();
-        assert_eq!(some.as_deref(), Some(&b"bitset"[..]));
+        assert_eq!(some.as_deref(), Some(&[7u8; 64][..]));
     }
     assert_eq!(cache.stats().bloom_loads, 2);
+    // Had the entry kept the slice, the download's megabyte would live on behind 64 bytes.
+    let (kept, _) = cache
+        .bloom_filter(&v, 0, 0, async { panic!("cached") })
+        .await
+        .unwrap();
+    let (at, base) = (kept.unwrap().as_ptr() as usize, download.as_ptr() as usize);
+    assert!(
+        at < base || at >= base + download.len(),
+        "the entry has a buffer of its own"
+    );
 }
 
 #[tokio::test]
@@ -178,7 +243,7 @@ async fn large_entries_are_refused_and_the_capacity_holds() {
     let one = footer(1).memory_size() as u64;
     // Room for about three footers; one footer is more than a quarter of it.
     let cache = cache(one * 3 + 1000);
-    let m = cache
+    let (m, _) = cache
         .metadata(&version("big", "v"), async { Ok(footer(1)) })
         .await
         .unwrap();
@@ -200,39 +265,4 @@ async fn large_entries_are_refused_and_the_capacity_holds() {
     let stats = cache.stats();
     assert!(stats.bytes <= one * 3 + 1000, "{stats:?}");
     assert!(stats.cache.evictions > 0, "{stats:?}");
-}
-
-#[test]
-fn serves_as_datafusions_file_metadata_cache() {
-    let cache = cache(64 << 20);
-    let meta = ObjectMeta {
-        location: Path::from("t/a.parquet"),
-        last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
-        size: 1000,
-        e_tag: None,
-        version: None,
-    };
-    let entry = CachedFileMetadataEntry::new(
-        meta.clone(),
-        Arc::new(CachedParquetMetaData::new(footer(1))),
-    );
-    let dyn_cache: &dyn Cache<Path, CachedFileMetadataEntry> = &cache;
-    assert!(dyn_cache.get(&meta.location).is_none());
-    dyn_cache.put(&meta.location, entry);
-    let got = dyn_cache.get(&meta.location).unwrap();
-    assert!(got.is_valid_for(&meta));
-    assert_eq!(dyn_cache.list_entries().len(), 1);
-    dyn_cache.remove(&meta.location);
-    assert!(!dyn_cache.contains_key(&meta.location));
-
-    dyn_cache.update_cache_limit(0);
-    let entry = CachedFileMetadataEntry::new(
-        meta.clone(),
-        Arc::new(CachedParquetMetaData::new(footer(1))),
-    );
-    dyn_cache.put(&meta.location, entry);
-    assert!(
-        dyn_cache.get(&meta.location).is_none(),
-        "limit 0 turns DataFusion's caching off"
-    );
 }

@@ -1,42 +1,12 @@
 //! Prefetch figures: process-wide counters for `lakecache_stats()`, and each scan's own in
-//! `EXPLAIN ANALYZE`.
+//! its [`ScanMetrics`] (`EXPLAIN ANALYZE`).
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use datafusion::physical_plan::metrics::{
-    Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, Time,
-};
-
-/// A point-in-time snapshot of the prefetch figures of every scan so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PrefetchStats {
-    /// Scans that started prefetching.
-    pub scans: u64,
-    /// Range downloads started.
-    pub requests: u64,
-    /// Bytes downloaded ahead of the reader.
-    pub bytes_fetched: u64,
-    /// Prefetched bytes handed to a reader.
-    pub bytes_used: u64,
-    /// Downloaded bytes dropped without ever being read.
-    pub bytes_wasted: u64,
-    /// Downloads aborted because their query ended.
-    pub cancelled: u64,
-    /// Downloads that failed; the reader then read those bytes itself.
-    pub failed: u64,
-    /// Downloads not started because the session's memory pool refused the reservation.
-    pub memory_denied: u64,
-    /// Time readers spent waiting for a download already under way, in milliseconds.
-    pub wait_ms: u64,
-    /// Most downloads one scan had in flight at once.
-    pub peak_in_flight: u64,
-    /// Bytes reserved by all scans now.
-    pub reserved_bytes: u64,
-    /// Most bytes one scan held reserved at once.
-    pub peak_reserved_bytes: u64,
-}
+use crate::metrics::ScanMetrics;
+use crate::stats::PrefetchStats;
 
 /// Live counters behind [`PrefetchStats`], shared by every scan of a `LakeCache`.
 #[derive(Debug, Default)]
@@ -51,8 +21,10 @@ pub(crate) struct PrefetchCounters {
     memory_denied: AtomicU64,
     wait_nanos: AtomicU64,
     peak_in_flight: AtomicU64,
+    in_flight: AtomicU64,
     reserved_bytes: AtomicU64,
     peak_reserved_bytes: AtomicU64,
+    leases: AtomicU64,
 }
 
 impl PrefetchCounters {
@@ -68,85 +40,79 @@ impl PrefetchCounters {
             memory_denied: self.memory_denied.load(Relaxed),
             wait_ms: self.wait_nanos.load(Relaxed) / 1_000_000,
             peak_in_flight: self.peak_in_flight.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
             reserved_bytes: self.reserved_bytes.load(Relaxed),
             peak_reserved_bytes: self.peak_reserved_bytes.load(Relaxed),
+            leases: self.leases.load(Relaxed),
         }
+    }
+
+    /// Bytes all scans hold reserved now.
+    pub(crate) fn reserved(&self) -> u64 {
+        self.reserved_bytes.load(Relaxed)
     }
 }
 
-/// One scan's figures as `EXPLAIN ANALYZE` shows them on its `DataSourceExec`.
-#[derive(Debug)]
-struct ScanMetrics {
-    requests: Count,
-    fetched: Count,
-    used: Count,
-    wasted: Count,
-    cancelled: Count,
-    failed: Count,
-    denied: Count,
-    wait: Time,
-    peak_in_flight: Gauge,
-    peak_bytes: Gauge,
-}
-
-/// Where a scan reports: the process-wide counters and, once the plan's metrics are known,
-/// its own.
+/// Where a scan reports: the process-wide counters and, once its first reader registered
+/// them, the scan's own metrics.
 #[derive(Debug)]
 pub(crate) struct Figures {
-    global: std::sync::Arc<PrefetchCounters>,
+    global: Arc<PrefetchCounters>,
     scan: OnceLock<ScanMetrics>,
 }
 
 impl Figures {
-    pub fn new(global: std::sync::Arc<PrefetchCounters>) -> Self {
+    pub fn new(global: Arc<PrefetchCounters>) -> Self {
         Self {
             global,
             scan: OnceLock::new(),
         }
     }
 
-    /// Registers this scan's metrics in the plan's metrics set (once).
-    pub fn register(&self, metrics: &ExecutionPlanMetricsSet) {
-        self.scan.get_or_init(|| {
-            let m = || MetricBuilder::new(metrics);
-            ScanMetrics {
-                requests: m().global_counter("prefetch_requests"),
-                fetched: m().global_counter("prefetch_bytes"),
-                used: m().global_counter("prefetch_bytes_used"),
-                wasted: m().global_counter("prefetch_bytes_wasted"),
-                cancelled: m().global_counter("prefetch_cancelled"),
-                failed: m().global_counter("prefetch_failed"),
-                denied: m().global_counter("prefetch_memory_denied"),
-                wait: m().subset_time("prefetch_wait_time", 0),
-                peak_in_flight: m().global_gauge("prefetch_peak_in_flight"),
-                peak_bytes: m().global_gauge("prefetch_peak_bytes"),
-            }
-        });
+    pub fn global(&self) -> &PrefetchCounters {
+        &self.global
+    }
+
+    /// Reports to `metrics` too, from now on (the first call wins).
+    pub fn register(&self, metrics: &ScanMetrics) {
+        let _ = self.scan.set(metrics.clone());
+    }
+
+    fn scan(&self) -> Option<&ScanMetrics> {
+        self.scan.get()
     }
 
     pub fn scan_started(&self) {
         self.global.scans.fetch_add(1, Relaxed);
     }
 
+    /// A download started; `in_flight` this scan has now.
     pub fn started(&self, in_flight: usize) {
         self.global.requests.fetch_add(1, Relaxed);
+        self.global.in_flight.fetch_add(1, Relaxed);
         self.global
             .peak_in_flight
             .fetch_max(in_flight as u64, Relaxed);
-        if let Some(s) = self.scan.get() {
-            s.requests.add(1);
-            s.peak_in_flight.set_max(in_flight);
+        if let Some(s) = self.scan() {
+            s.prefetch_requests.add(1);
+            s.prefetch_peak_in_flight.set_max(in_flight);
         }
+    }
+
+    /// `n` downloads ended (finished, failed or aborted).
+    pub fn ended(&self, n: usize) {
+        self.global.in_flight.fetch_sub(n as u64, Relaxed);
     }
 
     pub fn fetched(&self, bytes: u64) {
         self.global.bytes_fetched.fetch_add(bytes, Relaxed);
-        self.scan.get().inspect(|s| s.fetched.add(bytes as usize));
+        self.scan()
+            .inspect(|s| s.prefetch_bytes.add(bytes as usize));
     }
 
     pub fn used(&self, bytes: u64) {
         self.global.bytes_used.fetch_add(bytes, Relaxed);
-        self.scan.get().inspect(|s| s.used.add(bytes as usize));
+        self.scan().inspect(|s| s.prefetch_used.add(bytes as usize));
     }
 
     pub fn wasted(&self, bytes: u64) {
@@ -154,29 +120,38 @@ impl Figures {
             return;
         }
         self.global.bytes_wasted.fetch_add(bytes, Relaxed);
-        self.scan.get().inspect(|s| s.wasted.add(bytes as usize));
+        self.scan()
+            .inspect(|s| s.prefetch_wasted.add(bytes as usize));
     }
 
     pub fn cancelled(&self, requests: usize) {
         self.global.cancelled.fetch_add(requests as u64, Relaxed);
-        self.scan.get().inspect(|s| s.cancelled.add(requests));
+        self.scan().inspect(|s| s.prefetch_cancelled.add(requests));
     }
 
     pub fn failed(&self) {
         self.global.failed.fetch_add(1, Relaxed);
-        self.scan.get().inspect(|s| s.failed.add(1));
+        self.scan().inspect(|s| s.prefetch_failed.add(1));
     }
 
     pub fn denied(&self) {
         self.global.memory_denied.fetch_add(1, Relaxed);
-        self.scan.get().inspect(|s| s.denied.add(1));
+        self.scan().inspect(|s| s.prefetch_denied.add(1));
     }
 
     pub fn waited(&self, time: Duration) {
         self.global
             .wait_nanos
             .fetch_add(time.as_nanos() as u64, Relaxed);
-        self.scan.get().inspect(|s| s.wait.add_duration(time));
+        self.scan().inspect(|s| s.waited(time));
+    }
+
+    pub fn leased(&self) {
+        self.global.leases.fetch_add(1, Relaxed);
+    }
+
+    pub fn unleased(&self) {
+        self.global.leases.fetch_sub(1, Relaxed);
     }
 
     /// The scan's reservation grew from `before` to `after` bytes.
@@ -191,8 +166,7 @@ impl Figures {
                 .fetch_sub(before - after, Relaxed);
         }
         self.global.peak_reserved_bytes.fetch_max(after, Relaxed);
-        self.scan
-            .get()
-            .inspect(|s| s.peak_bytes.set_max(after as usize));
+        self.scan()
+            .inspect(|s| s.prefetch_peak_bytes.set_max(after as usize));
     }
 }

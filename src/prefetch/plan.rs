@@ -27,6 +27,8 @@ use object_store::{OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta};
 use parquet::arrow::parquet_to_arrow_schema;
 use parquet::file::metadata::ParquetMetaData;
 
+use crate::index::footer::chunk_range;
+
 /// One file of a scan, as a partition will open it (a large file may be split by byte range
 /// across partitions and so appear more than once).
 #[derive(Debug, Clone)]
@@ -148,10 +150,8 @@ impl ScanPlan {
                 .iter()
                 .enumerate()
                 .filter(|(leaf, _)| wanted.get(*leaf).copied().unwrap_or(true))
-                .map(|(_, chunk)| {
-                    let (start, len) = chunk.byte_range();
-                    start..start.saturating_add(len)
-                })
+                // Checked, not `byte_range()`, which asserts on a footer's negative offsets.
+                .filter_map(|(_, chunk)| chunk_range(chunk))
                 .collect();
             chunks.sort_by_key(|r| r.start);
             let first = merged.len();

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use twox_hash::XxHash64;
 
 use super::spans::{Piece, Spans};
-use crate::index::ObjectVersion;
+use crate::object::{ObjectId, ObjectVersion};
 
 const MAGIC: &[u8; 8] = b"LKRANGE1";
 const SUFFIX: &str = "range";
@@ -85,9 +85,12 @@ fn hash(text: &str) -> u64 {
     XxHash64::oneshot(0, text.as_bytes())
 }
 
+fn object_hash(id: &ObjectId) -> u64 {
+    hash(&format!("{}\n{}", id.store, id.path))
+}
+
 fn ids(object: &ObjectVersion) -> (u64, u64) {
-    let path = format!("{}\n{}", object.store(), object.path());
-    (hash(&path), hash(&object.canonical()))
+    (object_hash(object.id()), hash(&object.canonical()))
 }
 
 impl DiskTier {
@@ -196,10 +199,9 @@ impl DiskTier {
         Some(entry)
     }
 
-    /// Whether any version of the object at `path` in `store` has entries.
-    pub(crate) fn holds(&self, store: &str, path: &object_store::path::Path) -> bool {
-        let object = hash(&format!("{store}\n{path}"));
-        self.lock().per_object.contains_key(&object)
+    /// Whether any version of object `id` has entries.
+    pub(crate) fn holds(&self, id: &ObjectId) -> bool {
+        self.lock().per_object.contains_key(&object_hash(id))
     }
 
     fn trim(&self, state: &mut State) {
@@ -317,14 +319,24 @@ impl DiskTier {
         self.trim(&mut state);
     }
 
-    /// Deletes every entry of the object at `path` in the store `store`, in every version.
-    pub(crate) fn invalidate(&self, store: &str, path: &object_store::path::Path) {
-        let object = hash(&format!("{store}\n{path}"));
+    /// Deletes every entry of one object, in every version.
+    pub(crate) fn invalidate(&self, id: &ObjectId) {
+        let object = object_hash(id);
+        self.drop_matching(|e| e.object == object);
+    }
+
+    /// Deletes every entry of one version of an object.
+    pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
+        let (object, v) = ids(version);
+        self.drop_matching(|e| e.object == object && e.version == v);
+    }
+
+    fn drop_matching(&self, which: impl Fn(&EntryId) -> bool) {
         let mut state = self.lock();
         let ids: Vec<EntryId> = state
             .entries
             .keys()
-            .filter(|id| id.object == object)
+            .filter(|id| which(id))
             .copied()
             .collect();
         self.counters
@@ -422,7 +434,8 @@ mod tests {
             e_tag: Some(e_tag.into()),
             version: None,
         };
-        ObjectVersion::new(&url::Url::parse("s3://bucket").unwrap(), &meta)
+        let store = crate::object::StoreKey::of(&url::Url::parse("s3://bucket").unwrap());
+        ObjectVersion::new(store, &meta)
     }
 
     #[test]

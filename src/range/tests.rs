@@ -14,7 +14,8 @@ fn version(e_tag: &str) -> ObjectVersion {
         e_tag: Some(e_tag.into()),
         version: None,
     };
-    ObjectVersion::new(&url::Url::parse("s3://bucket").unwrap(), &meta)
+    let store = crate::object::StoreKey::of(&url::Url::parse("s3://bucket").unwrap());
+    ObjectVersion::new(store, &meta)
 }
 
 /// The byte at `offset` of the test object: every range has distinct, checkable content.
@@ -41,10 +42,16 @@ impl Fetches {
         salt: u8,
     ) -> Vec<Bytes> {
         cache
-            .read_through(object, ranges, |wanted| async move {
-                self.calls.lock().unwrap().push(wanted.clone());
-                Ok(wanted.iter().map(|r| content(r, salt)).collect())
-            })
+            .read_through(
+                object,
+                ranges,
+                None,
+                |wanted| async move {
+                    self.calls.lock().unwrap().push(wanted.clone());
+                    Ok(wanted.iter().map(|r| content(r, salt)).collect())
+                },
+                || Some(object.clone()),
+            )
             .await
             .unwrap()
     }
@@ -109,19 +116,29 @@ async fn a_failed_fetch_keeps_nothing() {
     let cache = RangeCache::try_new(config(64 << 20)).unwrap();
     let v = version("1");
     let failed = cache
-        .read_through(&v, &[0..1000], |_| async {
-            Err(object_store::Error::Generic {
-                store: "test",
-                source: "boom".into(),
-            })
-        })
+        .read_through(
+            &v,
+            &[0..1000],
+            None,
+            |_| async {
+                Err(object_store::Error::Generic {
+                    store: "test",
+                    source: "boom".into(),
+                })
+            },
+            || Some(v.clone()),
+        )
         .await;
     assert!(failed.is_err());
     assert!(!cache.covers(&v, 0..1));
     let short = cache
-        .read_through(&v, &[0..1000], |_| async {
-            Ok(vec![Bytes::from_static(b"x")])
-        })
+        .read_through(
+            &v,
+            &[0..1000],
+            None,
+            |_| async { Ok(vec![Bytes::from_static(b"x")]) },
+            || Some(v.clone()),
+        )
         .await;
     assert!(short.unwrap_err().to_string().contains("a.parquet"));
     assert!(!cache.covers(&v, 0..1));
@@ -186,7 +203,7 @@ async fn invalidate_and_clear_drop_the_ranges() {
     let v = version("1");
     fetches.read(&cache, &v, &[0..1000], 0).await;
     assert!(cache.covers(&v, 0..1000));
-    cache.invalidate(&url::Url::parse("s3://bucket/").unwrap(), v.path());
+    cache.invalidate(v.id());
     assert!(!cache.covers(&v, 0..1000));
     fetches.read(&cache, &v, &[0..1000], 0).await;
     cache.clear();
@@ -283,5 +300,8 @@ async fn a_corrupted_disk_entry_is_refetched_never_returned() {
 fn a_disk_directory_that_cannot_be_used_is_refused_with_the_setting_name() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let err = RangeCache::try_new(with_disk(file.path())).unwrap_err();
-    assert!(err.to_string().contains(RANGE_DISK_DIR), "{err}");
+    assert!(
+        err.to_string().contains("lakecache.range.disk_dir"),
+        "{err}"
+    );
 }

@@ -8,13 +8,13 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider, TableProvider};
 use datafusion::error::Result;
 
-use crate::{LakeCache, LakeTable};
+use crate::table::{LakeTable, ScanCaches};
 
 /// A catalog list whose catalogs are [`LakeCatalog`]s.
 #[derive(Debug)]
 pub(crate) struct LakeCatalogList {
     pub(crate) inner: Arc<dyn CatalogProviderList>,
-    pub(crate) lake: LakeCache,
+    pub(crate) lake: ScanCaches,
 }
 
 impl CatalogProviderList for LakeCatalogList {
@@ -43,7 +43,7 @@ impl CatalogProviderList for LakeCatalogList {
 #[derive(Debug)]
 struct LakeCatalog {
     inner: Arc<dyn CatalogProvider>,
-    lake: LakeCache,
+    lake: ScanCaches,
 }
 
 impl CatalogProvider for LakeCatalog {
@@ -80,7 +80,7 @@ impl CatalogProvider for LakeCatalog {
 #[derive(Debug)]
 struct LakeSchema {
     inner: Arc<dyn SchemaProvider>,
-    lake: LakeCache,
+    lake: ScanCaches,
 }
 
 #[async_trait]

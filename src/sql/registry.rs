@@ -1,9 +1,14 @@
 //! [`LakeObjectStoreRegistry`]: every object store a session registers is handed out wrapped
-//! in a [`CachingObjectStore`] (with the range cache for remote stores), so plain
-//! `ListingTable`s, other table providers and Ballista executors get handle and range caching
-//! without plan changes.
+//! in a [`CachingObjectStore`], so plain `ListingTable`s, other table providers and Ballista
+//! executors get handle and range caching without plan changes.
+//!
+//! The wrapper goes on top of whatever the inner registry makes of a store (datafusion-cli's
+//! registry, for one, wraps stores to count their requests): scans then find the wrapper's
+//! versioned read, and what the inner registry counts is what reaches the store, below the
+//! caches.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreRegistry;
@@ -11,50 +16,46 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use url::Url;
 
-use crate::{CachingObjectStore, LakeCache};
+use crate::object::StoreKey;
+use crate::store::{Caches, CachingObjectStore};
 
-/// Wraps the stores of an inner registry as they are registered.
+/// Wraps the stores of an inner registry; see the module docs.
 #[derive(Debug)]
-pub struct LakeObjectStoreRegistry {
+pub(crate) struct LakeObjectStoreRegistry {
     inner: Arc<dyn ObjectStoreRegistry>,
-    lake: LakeCache,
+    caches: Caches,
+    /// The wrapper of each store, by the namespace it serves: one per registration.
+    wrapped: RwLock<HashMap<StoreKey, Arc<dyn ObjectStore>>>,
 }
 
 impl LakeObjectStoreRegistry {
-    /// Wraps `inner`, including the stores already registered for `file://`.
-    pub fn new(inner: Arc<dyn ObjectStoreRegistry>, lake: &LakeCache) -> Self {
-        let registry = Self {
+    /// Wraps the stores of `inner`, those registered already included (on first use).
+    pub(crate) fn new(inner: Arc<dyn ObjectStoreRegistry>, caches: &Caches) -> Self {
+        Self {
             inner,
-            lake: lake.clone(),
-        };
-        if let Ok(url) = Url::parse("file://")
-            && let Ok(local) = registry.inner.get_store(&url)
-        {
-            registry.register_store(&url, local);
+            caches: caches.clone(),
+            wrapped: RwLock::default(),
         }
-        registry
     }
 
     fn wrap(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
-        let shown = store.to_string();
-        if shown.starts_with("CachingObjectStore(") {
+        if self.caches.directory.find(&store).is_some() {
             return store;
         }
-        let handles = self.lake.handles();
         // A root `LocalFileSystem` is rebuilt as one we can read through cached descriptors;
         // any other store (a prefixed local one included) is wrapped as it is.
-        if url.scheme() == "file" && shown == LocalFileSystem::new().to_string() {
+        if url.scheme() == "file" && store.to_string() == LocalFileSystem::new().to_string() {
             return Arc::new(CachingObjectStore::new(
                 LocalFileSystem::new(),
                 url,
-                handles,
+                &self.caches,
             ));
         }
-        let wrapped = CachingObjectStore::new(store, url, handles);
-        match self.lake.range_cache_for(url) {
-            Some(ranges) => Arc::new(wrapped.with_range_cache(ranges)),
-            None => Arc::new(wrapped),
-        }
+        Arc::new(CachingObjectStore::new(store, url, &self.caches))
+    }
+
+    fn lock(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<StoreKey, Arc<dyn ObjectStore>>> {
+        self.wrapped.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -64,14 +65,31 @@ impl ObjectStoreRegistry for LakeObjectStoreRegistry {
         url: &Url,
         store: Arc<dyn ObjectStore>,
     ) -> Option<Arc<dyn ObjectStore>> {
-        self.inner.register_store(url, self.wrap(url, store))
+        let old = self.inner.register_store(url, store);
+        let below = self.inner.get_store(url).ok()?;
+        let key = StoreKey::of(url);
+        let previous = self.lock().insert(key, self.wrap(url, below));
+        previous.or(old)
     }
 
     fn deregister_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
+        self.lock().remove(&StoreKey::of(url));
         self.inner.deregister_store(url)
     }
 
     fn get_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
-        self.inner.get_store(url)
+        let key = StoreKey::of(url);
+        if let Some(store) = self
+            .wrapped
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(Arc::clone(store));
+        }
+        let below = self.inner.get_store(url)?;
+        let mut wrapped = self.lock();
+        let store = wrapped.entry(key).or_insert_with(|| self.wrap(url, below));
+        Ok(Arc::clone(store))
     }
 }

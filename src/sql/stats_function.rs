@@ -20,8 +20,19 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result};
 
-use crate::stats::CacheStats;
-use crate::{LakeCache, LakeStats};
+use crate::config::Settings;
+use crate::handle::max_open_files_allowed;
+use crate::stats::{CacheStats, LakeStats};
+
+/// What the table functions read and clear: a `LakeCache`.
+pub(crate) trait StatsSource: std::fmt::Debug + Send + Sync {
+    /// Every cache's figures now.
+    fn stats(&self) -> LakeStats;
+    /// The settings the caches were built with.
+    fn settings(&self) -> &Settings;
+    /// Drops every cached entry.
+    fn clear(&self);
+}
 
 /// Which of the table functions a [`LakeStatsFunction`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,25 +56,17 @@ impl StatsTable {
     }
 }
 
-/// One of the lakecache table functions over a [`LakeCache`].
+/// One of the lakecache table functions over a `LakeCache`.
 #[derive(Debug)]
-pub struct LakeStatsFunction {
-    lake: LakeCache,
+pub(crate) struct LakeStatsFunction {
+    lake: Arc<dyn StatsSource>,
     table: StatsTable,
 }
 
 impl LakeStatsFunction {
-    /// `lakecache_stats()` over `lake`.
-    pub fn new(lake: &LakeCache) -> Self {
-        Self::of(lake, StatsTable::PerCache)
-    }
-
     /// The function `table` over `lake`.
-    pub fn of(lake: &LakeCache, table: StatsTable) -> Self {
-        Self {
-            lake: lake.clone(),
-            table,
-        }
+    pub(crate) fn of(lake: Arc<dyn StatsSource>, table: StatsTable) -> Self {
+        Self { lake, table }
     }
 }
 
@@ -76,8 +79,8 @@ struct CacheRow {
     counts: Option<CacheStats>,
 }
 
-fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
-    let handle = lake.handles().config();
+fn per_cache(settings: &Settings, s: &LakeStats) -> Vec<CacheRow> {
+    let handle = &settings.handle;
     let counted = |cache, bytes, capacity, stats: CacheStats| CacheRow {
         cache,
         entries: Some(stats.entries),
@@ -85,9 +88,8 @@ fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
         capacity,
         counts: Some(stats),
     };
-    let descriptors = handle
-        .max_open_files
-        .min(crate::handle::max_open_files_allowed()) as u64;
+    let descriptors = handle.max_open_files.min(max_open_files_allowed()) as u64;
+    let index_capacity = settings.index.capacity_bytes;
     let p = &s.prefetch;
     vec![
         counted(
@@ -106,14 +108,14 @@ fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
         counted(
             "index",
             Some(s.index.bytes),
-            Some(lake.index().config().capacity_bytes),
+            Some(index_capacity),
             s.index.cache,
         ),
         // Bloom filters share the index cache's capacity; this row is their part of it.
         counted(
             "index.bloom",
             Some(s.index.bloom_bytes),
-            Some(lake.index().config().capacity_bytes),
+            Some(index_capacity),
             s.index.blooms,
         ),
         counted(
@@ -134,7 +136,7 @@ fn per_cache(lake: &LakeCache, s: &LakeStats) -> Vec<CacheRow> {
             cache: "prefetch",
             entries: None,
             bytes: Some(p.reserved_bytes),
-            capacity: Some(lake.prefetch_config().budget(usize::MAX, u64::MAX)),
+            capacity: Some(settings.prefetch.budget(usize::MAX, u64::MAX)),
             counts: None,
         },
     ]
@@ -155,7 +157,7 @@ impl TableFunctionImpl for LakeStatsFunction {
         let stats = self.lake.stats();
         let (schema, columns): (Schema, Vec<ArrayRef>) = match self.table {
             StatsTable::PerCache => {
-                let rows = per_cache(&self.lake, &stats);
+                let rows = per_cache(self.lake.settings(), &stats);
                 let count = |f: fn(&CacheStats) -> u64| {
                     u64_column(rows.iter().map(move |r| r.counts.as_ref().map(f)))
                 };

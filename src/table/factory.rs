@@ -8,8 +8,7 @@ use datafusion::datasource::listing_table_factory::ListingTableFactory;
 use datafusion::error::Result;
 use datafusion::logical_expr::CreateExternalTable;
 
-use super::LakeTable;
-use crate::LakeCache;
+use super::{LakeTable, ScanCaches};
 
 /// Builds tables as DataFusion's `ListingTableFactory` does, then wraps Parquet ones in a
 /// [`LakeTable`]. Register it for `PARQUET`:
@@ -17,7 +16,7 @@ use crate::LakeCache;
 /// ```
 /// # use std::sync::Arc;
 /// # use datafusion::execution::SessionStateBuilder;
-/// # use datafusion_lakecache::{LakeCache, table::LakeTableFactory};
+/// # use datafusion_lakecache::{LakeCache, LakeTableFactory};
 /// let lake = LakeCache::builder().build().unwrap();
 /// let state = SessionStateBuilder::new()
 ///     .with_default_features()
@@ -27,15 +26,15 @@ use crate::LakeCache;
 #[derive(Debug)]
 pub struct LakeTableFactory {
     inner: ListingTableFactory,
-    lake: LakeCache,
+    scans: ScanCaches,
 }
 
 impl LakeTableFactory {
-    /// A factory whose tables use `lake`.
-    pub fn new(lake: &LakeCache) -> Self {
+    /// A factory whose tables use the caches of `lake`.
+    pub fn new(lake: &impl AsRef<ScanCaches>) -> Self {
         Self {
             inner: ListingTableFactory::new(),
-            lake: lake.clone(),
+            scans: lake.as_ref().clone(),
         }
     }
 }
@@ -48,6 +47,6 @@ impl TableProviderFactory for LakeTableFactory {
         cmd: &CreateExternalTable,
     ) -> Result<Arc<dyn TableProvider>> {
         let table = self.inner.create(state, cmd).await?;
-        Ok(LakeTable::wrap_if_parquet(table, &self.lake))
+        Ok(LakeTable::wrap_if_parquet(table, &self.scans))
     }
 }

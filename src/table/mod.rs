@@ -1,15 +1,22 @@
-//! [`LakeTable`]: DataFusion's `ListingTable` over Parquet, with its scans reading footers,
-//! page indexes and bloom filters from the shared [`IndexCache`](crate::index::IndexCache).
+//! The table layer: where DataFusion's plans meet the caches.
 //!
-//! Schema, partition columns, statistics, filter pushdown and the plan itself are the
-//! `ListingTable`'s: after it plans a scan, [`LakeTable`] only puts a [`LakeReaderFactory`]
-//! into each `ParquetSource`, so projection and every kind of pruning stay as DataFusion does
-//! them. (DataFusion's `ParquetFormat` overwrites any reader factory set before planning,
-//! which is why the swap happens afterwards.)
+//! - [`LakeTable`]: DataFusion's `ListingTable` over Parquet. Schema, partition columns,
+//!   statistics, filter pushdown and the plan itself are the `ListingTable`'s: after it plans
+//!   a scan, [`LakeTable`] only puts a `LakeReaderFactory` into each `ParquetSource`, so
+//!   projection and every kind of pruning stay as DataFusion does them. (DataFusion's
+//!   `ParquetFormat` overwrites any reader factory set before planning, which is why the swap
+//!   happens afterwards.)
+//! - `reader.rs`: `LakeReader`, the Parquet reader: footers and bloom filters from the index
+//!   cache, every other byte by "lease, else read".
+//! - `planner.rs`: the query planner of installed sessions, which gives every Parquet scan
+//!   of the final plan its reader and prefetcher.
+//! - `scans.rs`: [`ScanCaches`], what scans need of a `LakeCache`.
+//! - `factory.rs`: [`LakeTableFactory`] for `CREATE EXTERNAL TABLE ... STORED AS PARQUET`.
 
 mod factory;
+mod planner;
 mod reader;
-mod rule;
+mod scans;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -18,46 +25,46 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{ScanArgs, ScanResult, Session, TableProvider};
 use datafusion::common::Constraints;
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::datasource::physical_plan::{
-    FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
-};
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use factory::LakeTableFactory;
-pub use reader::{LakeReader, LakeReaderFactory, load_footer, load_footer_with};
-pub use rule::{Installed, LakeScanRule};
+pub(crate) use planner::LakeQueryPlanner;
+use reader::LakeReaderFactory;
+pub use scans::ScanCaches;
 
-use crate::LakeCache;
+use crate::config::Installed;
 
 /// A Parquet `ListingTable` whose scans use the lake caches.
 #[derive(Debug)]
 pub struct LakeTable {
     inner: Arc<ListingTable>,
-    lake: LakeCache,
+    scans: ScanCaches,
 }
 
 impl LakeTable {
-    /// Wraps a `ListingTable`. Scans of files in any other format than Parquet pass through
-    /// unchanged.
-    pub fn new(inner: Arc<ListingTable>, lake: &LakeCache) -> Self {
+    /// Wraps a `ListingTable` with the caches of `lake` (a `LakeCache`). Scans of files in
+    /// any other format than Parquet pass through unchanged.
+    pub fn new(inner: Arc<ListingTable>, lake: &impl AsRef<ScanCaches>) -> Self {
         Self {
             inner,
-            lake: lake.clone(),
+            scans: lake.as_ref().clone(),
         }
     }
 
     /// A table over the Parquet files at `table_url` (a directory ending in `/`, or a file),
     /// with the schema inferred as `register_parquet` does.
-    pub async fn try_new(state: &dyn Session, table_url: &str, lake: &LakeCache) -> Result<Self> {
+    pub async fn try_new(
+        state: &dyn Session,
+        table_url: &str,
+        lake: &impl AsRef<ScanCaches>,
+    ) -> Result<Self> {
         let format = ParquetFormat::default().with_options(state.default_table_options().parquet);
         let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
         Self::try_new_with_options(state, table_url, options, lake).await
@@ -69,7 +76,7 @@ impl LakeTable {
         state: &dyn Session,
         table_url: &str,
         options: ListingOptions,
-        lake: &LakeCache,
+        lake: &impl AsRef<ScanCaches>,
     ) -> Result<Self> {
         let url = ListingTableUrl::parse(table_url)?;
         let schema = options.infer_schema(state, &url).await?;
@@ -84,7 +91,7 @@ impl LakeTable {
     /// `table` as a [`LakeTable`] if it is a Parquet `ListingTable`, else unchanged.
     pub fn wrap_if_parquet(
         table: Arc<dyn TableProvider>,
-        lake: &LakeCache,
+        lake: &impl AsRef<ScanCaches>,
     ) -> Arc<dyn TableProvider> {
         let is_parquet = table
             .downcast_ref::<ListingTable>()
@@ -104,58 +111,19 @@ impl LakeTable {
         &self.inner
     }
 
-    /// Puts a [`LakeReaderFactory`] into every Parquet scan of `plan`, unless the session was
-    /// installed, where [`LakeScanRule`] does it (with prefetching) on the final plan.
+    /// Gives every Parquet scan of `plan` its lake reader, unless the session was installed,
+    /// where the query planner does it (with prefetching) on the final plan.
     fn with_lake_readers(
         &self,
         state: &dyn Session,
         plan: Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if state.config().get_extension::<rule::Installed>().is_some() {
+        if state.config().get_extension::<Installed>().is_some() {
             return Ok(plan);
         }
-        let index = self.lake.index();
-        map_parquet_scans(plan, |config, source| {
-            let Some(inner) = source.parquet_file_reader_factory() else {
-                return Ok(None);
-            };
-            if rule::encrypted(source) {
-                return Ok(None);
-            }
-            let store_url = &config.object_store_url;
-            let store = state.runtime_env().object_store(store_url)?;
-            let factory =
-                LakeReaderFactory::new(Arc::clone(inner), store, store_url.as_ref(), index.clone());
-            Ok(Some(Arc::new(factory)))
-        })
+        self.scans
+            .rewrite(plan, state.config_options(), state.runtime_env(), false)
     }
-}
-
-/// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces (`Some`), leaving
-/// the rest of the scan (projection, predicate, files) as it was.
-pub(crate) fn map_parquet_scans(
-    plan: Arc<dyn ExecutionPlan>,
-    f: impl Fn(&FileScanConfig, &ParquetSource) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    plan.transform_up(|node| {
-        let Some((config, source)) = node
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
-        else {
-            return Ok(Transformed::no(node));
-        };
-        let Some(factory) = f(config, source)? else {
-            return Ok(Transformed::no(node));
-        };
-        let source = source.clone().with_parquet_file_reader_factory(factory);
-        let config = FileScanConfigBuilder::from(config.clone())
-            .with_source(Arc::new(source))
-            .build();
-        Ok(Transformed::yes(
-            DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
-        ))
-    })
-    .map(|t| t.data)
 }
 
 #[async_trait]

@@ -177,10 +177,64 @@ pub async fn write_lake(
     Ok(paths)
 }
 
+/// The schema of [`same_layout_file`]: `id` and `value`, both Int64.
+pub fn same_layout_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("value", DataType::Int64, false),
+    ]))
+}
+
+/// A Parquet file of `rows` rows whose size and layout do not depend on `seed`: every page,
+/// row group and footer field has the same length whatever the values, so two seeds give two
+/// versions of one object that only a version check tells apart. Pages of 500 rows with a
+/// page index, so a reader that took one version's footer and another's bytes would prune
+/// pages by the wrong statistics. `value` lies in `[2^24, 2^25)`, where every statistic
+/// encodes to the same length.
+pub fn same_layout_file(rows: usize, seed: u64) -> Result<Bytes> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let ids: Vec<i64> = (0..rows as i64).collect();
+    let values: Vec<i64> = (0..rows)
+        .map(|_| (1 << 24) + rng.random_range(0..(1 << 24)))
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids)),
+        Arc::new(Int64Array::from(values)),
+    ];
+    let batch = RecordBatch::try_new(same_layout_schema(), columns)?;
+    let props = WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .set_max_row_group_row_count(Some(rows.div_ceil(2).max(1)))
+        .set_data_page_row_count_limit(500)
+        .set_write_batch_size(100)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        // A writer version string of fixed length: the footer records it.
+        .set_created_by("lakecache same-layout".into())
+        .build();
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, same_layout_schema(), Some(props))?;
+    writer.write(&batch)?;
+    writer.close()?;
+    Ok(out.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    #[test]
+    fn same_layout_files_differ_in_values_only() {
+        let a = same_layout_file(2_000, 1).unwrap();
+        let b = same_layout_file(2_000, 2).unwrap();
+        assert_eq!(a.len(), b.len());
+        assert_ne!(a, b);
+        let reader = SerializedFileReader::new(a).unwrap();
+        let meta = reader.metadata();
+        assert_eq!(meta.num_row_groups(), 2);
+        assert!(meta.row_group(0).column(1).column_index_offset().is_some());
+    }
 
     #[test]
     fn files_are_deterministic_and_have_row_groups_and_indexes() {

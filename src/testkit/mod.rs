@@ -7,6 +7,7 @@
 //! coalescing over their `get_opts`, so they see (and charge) one request per HTTP request an
 //! S3-like store would make, not one per `get_ranges` call.
 
+mod cloud;
 mod counting;
 mod fault;
 pub mod lake;
@@ -15,6 +16,7 @@ pub mod requests;
 mod s3;
 mod session;
 
+pub use cloud::CloudMetadata;
 pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
 pub use latency::LatencyStore;

@@ -10,7 +10,7 @@ use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use object_store::ObjectStore;
 use url::Url;
 
-use crate::LakeCache;
+use crate::lake::LakeCache;
 
 /// Where a lake is and which store serves it.
 #[derive(Debug, Clone)]

@@ -116,8 +116,7 @@ impl Backend {
 
     /// The cached store over `counted`, reading local files through cached descriptors.
     pub fn cached(&self, counted: &Arc<Counted>, lake: &LakeCache) -> Arc<Cached> {
-        let store =
-            CachingObjectStore::new_arc(Arc::clone(counted), &self.store_url, lake.handles());
+        let store = CachingObjectStore::new_arc(Arc::clone(counted), &self.store_url, lake);
         Arc::new(match &self.local {
             Some(fs) => store.with_local_files(Arc::clone(fs)),
             None => store,

@@ -1,0 +1,174 @@
+//! Fetching and checking a Parquet footer with its page index: what a footer load runs.
+//!
+//! Written here rather than calling DataFusion's `DFParquetMetadata`, which panics (subtract
+//! with overflow) on a footer length larger than the file. Every length read from the file is
+//! checked against the file's size before anything is fetched or allocated, and every offset a
+//! footer gives is checked before anything downstream uses it.
+
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::error::DataFusionError;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+
+use crate::object::ObjectVersion;
+
+/// Fetches and decodes the footer of `version` with its page index, reading through `read`;
+/// errors name the file.
+///
+/// Reads the last `metadata_size_hint` bytes (the whole file if smaller) in one read, then only
+/// the missing bytes before them if the footer or page index reaches further back.
+pub async fn load_footer<F, Fut>(
+    version: &ObjectVersion,
+    metadata_size_hint: Option<usize>,
+    read: F,
+) -> datafusion::error::Result<Arc<ParquetMetaData>>
+where
+    F: Fn(Range<u64>) -> Fut,
+    Fut: Future<Output = object_store::Result<Bytes>>,
+{
+    let size = version.size();
+    let fail = |why: String| {
+        DataFusionError::Execution(format!(
+            "reading the Parquet footer of {}: {why}",
+            version.path()
+        ))
+    };
+    if size < 12 {
+        return Err(fail(format!(
+            "{size} bytes is too small for a Parquet file"
+        )));
+    }
+    let mut suffix = (metadata_size_hint.unwrap_or(0) as u64).clamp(8, size);
+    let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let mut bytes = read(size - suffix..size).await?;
+    loop {
+        let result = if reader.has_metadata() {
+            reader.read_page_indexes_sized(&bytes, size)
+        } else {
+            reader.try_parse_sized(&bytes, size)
+        };
+        match result {
+            Ok(()) => break,
+            Err(ParquetError::NeedMoreData(needed))
+                if (needed as u64) > suffix && (needed as u64) <= size =>
+            {
+                // Fetch only what lies before the bytes already here.
+                let needed = needed as u64;
+                let before = read(size - needed..size - suffix).await?;
+                let mut joined = Vec::with_capacity(needed as usize);
+                joined.extend_from_slice(&before);
+                joined.extend_from_slice(&bytes);
+                bytes = joined.into();
+                suffix = needed;
+            }
+            Err(ParquetError::NeedMoreData(needed)) => {
+                return Err(fail(format!(
+                    "it asks for {needed} bytes from its end but has {size}"
+                )));
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+    let metadata = reader.finish().map_err(|e| fail(e.to_string()))?;
+    check_offsets(&metadata, size).map_err(fail)?;
+    Ok(Arc::new(metadata))
+}
+
+/// The bytes of a column chunk, if its footer gives a sane offset and length.
+pub fn chunk_range(chunk: &parquet::file::metadata::ColumnChunkMetaData) -> Option<Range<u64>> {
+    let start = chunk
+        .dictionary_page_offset()
+        .unwrap_or_else(|| chunk.data_page_offset());
+    let start = u64::try_from(start).ok()?;
+    let len = u64::try_from(chunk.compressed_size()).ok()?;
+    Some(start..start.checked_add(len)?)
+}
+
+/// The span of a bloom filter, if the footer gives one and it is sane.
+pub fn bloom_range(chunk: &parquet::file::metadata::ColumnChunkMetaData) -> Option<Range<u64>> {
+    let start = u64::try_from(chunk.bloom_filter_offset()?).ok()?;
+    let len = u64::try_from(chunk.bloom_filter_length()?).ok()?;
+    Some(start..start.checked_add(len)?)
+}
+
+/// Refuses a footer whose column chunks lie outside the file or have negative offsets: the
+/// Parquet reader asserts on them (a panic under the scan), and a prefetch would ask for
+/// bytes that do not exist.
+fn check_offsets(metadata: &ParquetMetaData, size: u64) -> Result<(), String> {
+    for (rg, row_group) in metadata.row_groups().iter().enumerate() {
+        for (col, chunk) in row_group.columns().iter().enumerate() {
+            let ok = chunk_range(chunk).is_some_and(|r| r.end <= size);
+            if !ok {
+                return Err(format!(
+                    "column {col} of row group {rg} lies outside the file's {size} bytes \
+                     (offset {}, length {})",
+                    chunk.data_page_offset(),
+                    chunk.compressed_size()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::object::{StoreKey, Validator};
+    use crate::testkit::lake::{LakeSpec, file_bytes};
+
+    fn version(size: u64) -> ObjectVersion {
+        let store = StoreKey::of(&url::Url::parse("memory://").unwrap());
+        ObjectVersion::with_validator(store, "f.parquet".into(), size, Validator::Immutable)
+    }
+
+    #[tokio::test]
+    async fn a_footer_beyond_the_hint_is_completed_without_refetching() {
+        let bytes = file_bytes(&LakeSpec::small_files(1).with_row_groups_of(500), 0).unwrap();
+        let reads = Mutex::new(Vec::new());
+        let read = |r: Range<u64>| {
+            reads.lock().unwrap().push(r.clone());
+            let b = bytes.slice(r.start as usize..r.end as usize);
+            async move { Ok(b) }
+        };
+        let v = version(bytes.len() as u64);
+        let footer = load_footer(&v, Some(1024), read).await.unwrap();
+        assert_eq!(footer.num_row_groups(), 10);
+        assert!(footer.column_index().is_some() && footer.offset_index().is_some());
+        let fetched = reads.lock().unwrap().clone();
+        assert!(
+            fetched.len() >= 2,
+            "the footer is larger than 1 KiB: {fetched:?}"
+        );
+        for pair in fetched.windows(2) {
+            assert_eq!(
+                pair[1].end, pair[0].start,
+                "each read ends where the last began: {fetched:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_footer_claiming_more_than_the_file_is_refused_naming_it() {
+        let bytes = file_bytes(&LakeSpec::small_files(1), 0).unwrap();
+        // The last 8 bytes: footer length, then PAR1. Claim a footer far longer than the file.
+        let mut raw = bytes.to_vec();
+        let n = raw.len();
+        raw[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let raw = Bytes::from(raw);
+        let read = |r: Range<u64>| {
+            let b = raw.slice(r.start as usize..r.end as usize);
+            async move { Ok(b) }
+        };
+        let err = load_footer(&version(n as u64), Some(64), read)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("f.parquet"), "{err}");
+    }
+}

@@ -1,0 +1,305 @@
+//! [`LakeCache`], the face of the crate: one per process, holding every cache, and
+//! [`LakeCacheBuilder`], which validates every setting before anything is built.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::cache::TableScopedPath;
+use datafusion::execution::cache::cache_manager::{
+    CacheManagerConfig, CachedFileMetadata, DEFAULT_FILE_STATISTICS_MEMORY_LIMIT,
+};
+use datafusion::execution::cache::default_cache::DefaultCache;
+use object_store::path::Path;
+
+use crate::config::{Settings, setting_table};
+use crate::handle::HandleCache;
+use crate::index::IndexCache;
+use crate::object::{ObjectId, StoreKey};
+use crate::range::RangeCache;
+use crate::sql::StatsSource;
+use crate::stats::LakeStats;
+use crate::store::{Caches, CheckedCache};
+use crate::table::ScanCaches;
+
+/// The shared state of the crate: one per process, cheap to clone, shared by every session
+/// and query. Built with [`LakeCache::builder`].
+#[derive(Clone)]
+pub struct LakeCache {
+    scans: ScanCaches,
+}
+
+impl std::fmt::Debug for LakeCache {
+    // Not derived: the caches' own `Debug` would print every entry.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LakeCache")
+            .field("settings", &self.scans.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsRef<Caches> for LakeCache {
+    fn as_ref(&self) -> &Caches {
+        &self.scans.caches
+    }
+}
+
+impl AsRef<ScanCaches> for LakeCache {
+    fn as_ref(&self) -> &ScanCaches {
+        &self.scans
+    }
+}
+
+impl LakeCache {
+    /// A builder with every setting at its default.
+    pub fn builder() -> LakeCacheBuilder {
+        LakeCacheBuilder::default()
+    }
+
+    /// The handle cache: object metadata, listings and local file descriptors.
+    pub fn handles(&self) -> &HandleCache {
+        &self.scans.caches.handles
+    }
+
+    /// The index cache: Parquet footers, page indexes and bloom filters.
+    pub fn index(&self) -> &IndexCache {
+        &self.scans.caches.index
+    }
+
+    /// The range cache: bytes of remote objects, in memory and on local disk.
+    pub fn ranges(&self) -> &RangeCache {
+        &self.scans.caches.ranges
+    }
+
+    /// Every setting the caches were built with (and sessions' prefetching defaults).
+    pub fn settings(&self) -> &Settings {
+        &self.scans.settings
+    }
+
+    /// Makes the session built from `builder` use this cache:
+    /// - every object store of its runtime is wrapped in a
+    ///   [`CachingObjectStore`](crate::CachingObjectStore) (handle and range caching);
+    /// - the index cache is DataFusion's `FileMetadataCache`, and DataFusion's listings last
+    ///   no longer than the listing TTL;
+    /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
+    ///   [`LakeTable`](crate::LakeTable)s;
+    /// - the `lakecache.*` settings are registered: `SET` and `SHOW ALL`;
+    /// - every Parquet scan of the final plan reads through the caches and prefetches ahead
+    ///   of its readers, within the memory pool of the session that plans it;
+    /// - `SELECT * FROM lakecache_stats()` lists every cache's figures (a row per cache),
+    ///   `lakecache_metrics()` every figure (a row per metric), and `lakecache_clear()`
+    ///   empties the caches.
+    ///
+    /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
+    /// `with_default_features` (which would replace the table factory) and after setting a
+    /// query planner of one's own (which it wraps). A runtime already set on `builder` keeps
+    /// its memory pool, disk manager and object stores; its cache manager configuration is
+    /// replaced by [`LakeCache::cache_manager_config`].
+    ///
+    /// ```
+    /// # use datafusion::execution::SessionStateBuilder;
+    /// # use datafusion::prelude::SessionContext;
+    /// # use datafusion_lakecache::LakeCache;
+    /// let lake = LakeCache::builder().build().unwrap();
+    /// let state = lake
+    ///     .install(SessionStateBuilder::new().with_default_features())
+    ///     .unwrap()
+    ///     .build();
+    /// let ctx = SessionContext::new_with_state(state);
+    /// ```
+    pub fn install(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
+        let source: Arc<dyn StatsSource> = Arc::new(self.clone());
+        // Listings are cached (and dropped when a version changes) by the store wrapper.
+        let caches = self.cache_manager_config().with_list_files_cache_limit(0);
+        crate::sql::install(builder, &self.scans, caches, source)
+    }
+
+    /// DataFusion's cache configuration with the index cache as its `FileMetadataCache`, so
+    /// DataFusion's own Parquet reader (planning, plain `ListingTable`s) shares it, with its
+    /// footer and statistics entries checked against the versions the handle cache knows
+    /// ([`CheckedCache`]), and with listings kept no longer than the handle cache's listing
+    /// TTL.
+    ///
+    /// ```
+    /// # use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    /// # use datafusion_lakecache::LakeCache;
+    /// let lake = LakeCache::builder().build().unwrap();
+    /// let runtime = RuntimeEnvBuilder::new()
+    ///     .with_cache_manager(lake.cache_manager_config())
+    ///     .build_arc()
+    ///     .unwrap();
+    /// ```
+    pub fn cache_manager_config(&self) -> CacheManagerConfig {
+        let settings = &self.scans.settings;
+        let list_ttl = settings.handle.list_ttl;
+        let handles = self.handles();
+        let footers = CheckedCache::new(Arc::new(self.index().clone()), handles);
+        let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
+            DefaultCache::new(DEFAULT_FILE_STATISTICS_MEMORY_LIMIT)
+                .with_name("DefaultFileStatisticsCache");
+        let statistics = CheckedCache::new(Arc::new(statistics), handles);
+        CacheManagerConfig::default()
+            .with_file_metadata_cache(Some(Arc::new(footers)))
+            .with_metadata_cache_limit(settings.index.capacity_bytes as usize)
+            .with_file_statistics_cache(Some(Arc::new(statistics)))
+            .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
+    }
+
+    /// A snapshot of every cache's figures.
+    pub fn stats(&self) -> LakeStats {
+        LakeStats {
+            handles: self.handles().stats(),
+            index: self.index().stats(),
+            ranges: self.ranges().stats(),
+            prefetch: self.scans.counters.snapshot(),
+        }
+    }
+
+    /// Drops everything cached about one object: its metadata, descriptor, listings that hold
+    /// it, and its footer, bloom filters and bytes in every version. `store_url` names the
+    /// store as it was registered (for example `s3://bucket`).
+    pub fn invalidate(&self, store_url: &url::Url, path: &Path) {
+        self.scans.caches.forget(&ObjectId {
+            store: StoreKey::of(store_url),
+            path: path.clone(),
+        });
+    }
+
+    /// Drops every cached entry.
+    pub fn clear(&self) {
+        self.handles().clear();
+        self.index().clear();
+        self.ranges().clear();
+    }
+}
+
+impl StatsSource for LakeCache {
+    fn stats(&self) -> LakeStats {
+        LakeCache::stats(self)
+    }
+
+    fn settings(&self) -> &Settings {
+        LakeCache::settings(self)
+    }
+
+    fn clear(&self) {
+        LakeCache::clear(self)
+    }
+}
+
+/// Builds a [`LakeCache`]; [`LakeCacheBuilder::build`] validates every setting.
+#[derive(Debug, Clone, Default)]
+pub struct LakeCacheBuilder {
+    settings: Settings,
+    error: Option<String>,
+}
+
+/// Generates a builder method per setting of [`setting_table!`].
+macro_rules! define_builder {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident $group:ident {
+            $($field:ident: $ty:ty = $default:expr, $kind:expr, $key:literal, $builder:ident,
+              $scope:ident, $desc:literal;)*
+        }
+    )*) => {
+        impl LakeCacheBuilder {
+            $($(
+                #[doc = concat!($desc, " (`", $key, "`). Checked by [`LakeCacheBuilder::build`].")]
+                pub fn $builder(mut self, value: $ty) -> Self {
+                    self.settings.$group.$field = value;
+                    self
+                }
+            )*)*
+        }
+    };
+}
+
+setting_table!(define_builder);
+
+impl LakeCacheBuilder {
+    /// Keeps bytes of remote objects on local disk too, in `dir`, up to `bytes`. Entries a
+    /// previous process left in `dir` are reused for the same object versions.
+    pub fn range_disk(mut self, dir: impl Into<PathBuf>, bytes: u64) -> Self {
+        self.settings.range.disk_dir = Some(dir.into());
+        self.settings.range.disk_bytes = bytes;
+        self
+    }
+
+    /// Sets a setting from its `lakecache.*` key and a string value, as SQL `SET` does. A bad
+    /// value or an unknown key is reported by [`LakeCacheBuilder::build`].
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        if let Err(e) = self.settings.set(key, value)
+            && self.error.is_none()
+        {
+            self.error = Some(match e {
+                DataFusionError::Configuration(m) => m,
+                other => other.to_string(),
+            });
+        }
+        self
+    }
+
+    /// Validates the settings and builds the caches.
+    pub fn build(self) -> Result<LakeCache> {
+        if let Some(e) = self.error {
+            return Err(DataFusionError::Configuration(e));
+        }
+        let s = self.settings;
+        s.validate()?;
+        let caches = Caches::new(
+            HandleCache::try_new(s.handle.clone())?,
+            IndexCache::try_new(s.index.clone())?,
+            RangeCache::try_new(s.range.clone())?,
+        );
+        Ok(LakeCache {
+            scans: ScanCaches {
+                caches,
+                settings: Arc::new(s),
+                counters: Arc::default(),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_refuses_bad_settings_with_their_name() {
+        let err = LakeCache::builder().handle_capacity(0).build().unwrap_err();
+        assert!(
+            err.to_string().contains("lakecache.handle.capacity"),
+            "{err}"
+        );
+        let err = LakeCache::builder()
+            .set("lakecache.handle.ttl", "-1s")
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("lakecache.handle.ttl"), "{err}");
+        let err = LakeCache::builder()
+            .set("lakecache.nope", "1")
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown setting 'lakecache.nope'"),
+            "{err}"
+        );
+        let lake = LakeCache::builder()
+            .set("lakecache.handle.ttl", "0")
+            .build()
+            .unwrap();
+        assert_eq!(lake.handles().config().ttl, Duration::ZERO);
+    }
+
+    #[test]
+    fn debug_prints_the_settings_not_the_entries() {
+        let lake = LakeCache::builder().build().unwrap();
+        let text = format!("{lake:?}");
+        assert!(text.starts_with("LakeCache"), "{text}");
+        assert!(text.len() < 4096, "{text}");
+    }
+}

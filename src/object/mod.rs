@@ -1,0 +1,458 @@
+//! What an object is and which version of it a reader means: the bottom layer every cache keys
+//! its entries by.
+//!
+//! - [`StoreKey`] names the namespace a store serves (`s3://bucket`, `file://`), and
+//!   [`ObjectId`] one object in it.
+//! - [`ObjectVersion`] is one version of one object: its id, its size and what tells its
+//!   versions apart ([`Validator`]). Footers, bloom filters and bytes are kept per version, so
+//!   a replaced object is a miss, never another version's entry.
+//! - [`Validator::of`] is the one rule for turning what a store showed (`ObjectMeta` from a
+//!   listing, a HEAD or a GET) into a version, and [`ObjectVersion::matches`] the one rule for
+//!   checking a response against the version a reader asked for.
+//!
+//! The read itself, `read(version, ranges)`, is implemented by the store layer
+//! (`crate::store::StoreReads`), the only way a scan's bytes move. When the object is no longer
+//! at the version asked for, it fails with [`version_changed`]: an
+//! [`object_store::Error::Precondition`] naming the path and both versions.
+
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use object_store::ObjectMeta;
+use object_store::path::Path;
+use url::Url;
+
+/// The namespace a store serves: the scheme, host and port of the URL it is registered under
+/// (`s3://bucket`, `file://`, `http://host:8080`), whatever path the URL was written with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StoreKey(Arc<str>);
+
+impl StoreKey {
+    /// The key of the store registered for `url`.
+    pub fn of(url: &Url) -> Self {
+        // Built from its parts: `memory://` and `memory:` (no authority) must name one store.
+        let host = url.host_str().unwrap_or_default();
+        let text = match url.port() {
+            Some(port) => format!("{}://{host}:{port}", url.scheme()),
+            None => format!("{}://{host}", url.scheme()),
+        };
+        Self(text.into())
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the store serves local files (`file://`), which the operating system's page
+    /// cache keeps already.
+    pub fn is_local(&self) -> bool {
+        self.0.starts_with("file://")
+    }
+}
+
+impl fmt::Display for StoreKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One object: the store namespace it lives in and its path there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectId {
+    /// The store's namespace.
+    pub store: StoreKey,
+    /// The object's path in the store.
+    pub path: Path,
+}
+
+/// What tells one version of an object from another, as far as the store shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Validator {
+    /// A strong e_tag: a different representation always has another one, and `If-Match` can
+    /// guard a read with it.
+    ETag(ETag),
+    /// A version identifier (GCS generation, S3 or Azure version id) of an object whose
+    /// responses carry no strong e_tag; responses are checked against it.
+    Version(Arc<str>),
+    /// An object known never to change once written, such as a Delta Lake data file named by
+    /// its table's log: its path and size name its bytes.
+    Immutable,
+    /// Only a weak e_tag (or none): the modification time (in microseconds) and the weak
+    /// e_tag, if any, are all there is. Nothing can guard a read of such a version, so its
+    /// bytes are never kept.
+    Unvalidated {
+        /// Modification time, microseconds since the epoch.
+        modified: i64,
+        /// The weak e_tag, if any.
+        weak: Option<Arc<str>>,
+    },
+}
+
+impl Validator {
+    /// The validator `meta` shows. One rule for every source of metadata:
+    /// - a strong e_tag decides, even when `version` is also set: listings of GCS and of
+    ///   versioned S3 or Azure buckets carry the e_tag but not the version, their GETs and
+    ///   HEADs carry both, and both must name the same version;
+    /// - else a version identifier;
+    /// - else (a weak e_tag, or none) the modification time.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        match (strong_e_tag(meta), &meta.version) {
+            (Some(e), _) => Self::ETag(ETag::new(e)),
+            (None, Some(v)) => Self::Version(v.as_str().into()),
+            (None, None) => Self::Unvalidated {
+                modified: meta.last_modified.timestamp_micros(),
+                weak: meta.e_tag.as_deref().map(Arc::from),
+            },
+        }
+    }
+
+    /// Whether the bytes of a version with this validator can be told apart from any other
+    /// version's: only then are they kept and shared.
+    pub fn pins_bytes(&self) -> bool {
+        !matches!(self, Self::Unvalidated { .. })
+    }
+
+    /// The `If-Match` value that guards a read of this version, if there is one.
+    pub fn if_match(&self) -> Option<String> {
+        match self {
+            Self::ETag(e) => Some(e.sent.to_string()),
+            _ => None,
+        }
+    }
+
+    /// A stable text for this validator: what the disk tier writes into each entry.
+    fn canonical(&self) -> String {
+        match self {
+            Self::ETag(e) => format!("e:{}", e.tag),
+            Self::Version(v) => format!("v:{v}"),
+            Self::Immutable => "i".to_string(),
+            Self::Unvalidated { modified, weak } => {
+                format!("t:{modified}:{}", weak.as_deref().unwrap_or(""))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Validator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ETag(e) => write!(f, "e_tag {}", e.sent),
+            Self::Version(v) => write!(f, "version {v}"),
+            Self::Immutable => write!(f, "immutable"),
+            Self::Unvalidated { modified, weak } => {
+                let when = DateTime::<Utc>::from_timestamp_micros(*modified)
+                    .map_or_else(|| modified.to_string(), |t| t.to_rfc3339());
+                match weak {
+                    Some(w) => write!(f, "weak e_tag {w}, modified {when}"),
+                    None => write!(f, "modified {when}"),
+                }
+            }
+        }
+    }
+}
+
+/// The strong e_tag of `meta`, if it has one (not a weak `W/` one).
+fn strong_e_tag(meta: &ObjectMeta) -> Option<&str> {
+    meta.e_tag.as_deref().filter(|e| !e.starts_with("W/"))
+}
+
+/// A strong e_tag: compared without its quotes (`"abc"` and `abc` name one version; Azure
+/// lists e_tags without the quotes its GETs have), sent in `If-Match` as the store showed it.
+#[derive(Debug, Clone)]
+pub struct ETag {
+    tag: Arc<str>,
+    sent: Arc<str>,
+}
+
+impl ETag {
+    fn new(e_tag: &str) -> Self {
+        Self {
+            tag: e_tag.trim_matches('"').into(),
+            sent: e_tag.into(),
+        }
+    }
+
+    /// Whether `e_tag` (as a response shows it) is this one.
+    fn is(&self, e_tag: &str) -> bool {
+        e_tag.trim_matches('"') == self.tag.as_ref()
+    }
+}
+
+impl PartialEq for ETag {
+    fn eq(&self, other: &Self) -> bool {
+        self.tag == other.tag
+    }
+}
+
+impl Eq for ETag {}
+
+impl std::hash::Hash for ETag {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.tag.hash(state)
+    }
+}
+
+/// One version of one object. Cheap to clone; every index and range entry is keyed by it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ObjectVersion(Arc<VersionInner>);
+
+#[derive(PartialEq, Eq, Hash)]
+struct VersionInner {
+    id: ObjectId,
+    size: u64,
+    validator: Validator,
+}
+
+impl ObjectVersion {
+    /// The version `meta` describes of an object in the store `store`.
+    pub fn new(store: StoreKey, meta: &ObjectMeta) -> Self {
+        Self::with_validator(store, meta.location.clone(), meta.size, Validator::of(meta))
+    }
+
+    /// A version named by its parts, such as an immutable file of a table's log.
+    pub fn with_validator(store: StoreKey, path: Path, size: u64, validator: Validator) -> Self {
+        Self(Arc::new(VersionInner {
+            id: ObjectId { store, path },
+            size,
+            validator,
+        }))
+    }
+
+    /// The object this is a version of.
+    pub fn id(&self) -> &ObjectId {
+        &self.0.id
+    }
+
+    /// The object's path.
+    pub fn path(&self) -> &Path {
+        &self.0.id.path
+    }
+
+    /// The store namespace.
+    pub fn store(&self) -> &StoreKey {
+        &self.0.id.store
+    }
+
+    /// The size of this version in bytes.
+    pub fn size(&self) -> u64 {
+        self.0.size
+    }
+
+    /// What tells this version from others.
+    pub fn validator(&self) -> &Validator {
+        &self.0.validator
+    }
+
+    /// Whether this version's bytes are kept and shared ([`Validator::pins_bytes`]).
+    pub fn pins_bytes(&self) -> bool {
+        self.0.validator.pins_bytes()
+    }
+
+    /// A text naming this version exactly, stable across processes.
+    pub fn canonical(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}",
+            self.0.id.store,
+            self.0.id.path,
+            self.0.size,
+            self.0.validator.canonical()
+        )
+    }
+
+    /// Whether `seen` (the metadata of a response, a listing or a HEAD) shows this version or
+    /// could: sizes must agree, and each validator both sides carry must agree. A side that
+    /// carries less (a listing without e_tags, a response without a version) is taken at its
+    /// word for what it leaves out; modification times are compared only when neither side
+    /// has a strong validator, to the second, since listings and HEADs round them differently.
+    pub fn matches(&self, seen: &ObjectMeta) -> bool {
+        if seen.size != self.0.size {
+            return false;
+        }
+        match &self.0.validator {
+            Validator::ETag(e) => match seen.e_tag.as_deref() {
+                Some(s) if s.starts_with("W/") => false,
+                Some(s) => e.is(s),
+                None => true,
+            },
+            Validator::Version(v) => seen.version.as_deref().is_none_or(|s| s == v.as_ref()),
+            Validator::Immutable => true,
+            Validator::Unvalidated { modified, weak } => {
+                if strong_e_tag(seen).is_some() {
+                    // Seen with a strong e_tag: the same version only if its time agrees.
+                    return near(*modified, seen.last_modified);
+                }
+                let weak_agrees = match (weak, seen.e_tag.as_deref()) {
+                    (Some(w), Some(s)) => w.as_ref() == s,
+                    _ => true,
+                };
+                weak_agrees && near(*modified, seen.last_modified)
+            }
+        }
+    }
+}
+
+/// Whether a time in microseconds and `t` are less than a second apart.
+fn near(micros: i64, t: DateTime<Utc>) -> bool {
+    (micros - t.timestamp_micros()).abs() < 1_000_000
+}
+
+impl fmt::Debug for ObjectVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{} ({} bytes, {})",
+            self.store(),
+            self.path(),
+            self.size(),
+            self.validator()
+        )
+    }
+}
+
+impl fmt::Display for ObjectVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes, {}", self.size(), self.validator())
+    }
+}
+
+/// Why a read failed: the object is no longer at the version the reader planned with.
+/// Carried as the source of an [`object_store::Error::Precondition`].
+#[derive(Debug, Clone)]
+pub struct VersionChanged {
+    /// The object's path.
+    pub path: String,
+    /// The version the reader asked for.
+    pub expected: String,
+    /// What the store showed instead, if it said (an `If-Match` refusal does not).
+    pub found: Option<String>,
+}
+
+impl fmt::Display for VersionChanged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} changed while the query read it: planned with {}, the store now has {}; \
+             run the query again to read the new version",
+            self.path,
+            self.expected,
+            self.found.as_deref().unwrap_or("another version")
+        )
+    }
+}
+
+impl std::error::Error for VersionChanged {}
+
+/// The error of a read of `version` that found the object changed (`found` is what the
+/// store showed, if it did).
+pub fn version_changed(version: &ObjectVersion, found: Option<&ObjectMeta>) -> object_store::Error {
+    let found = found.map(|m| ObjectVersion::new(version.store().clone(), m).to_string());
+    object_store::Error::Precondition {
+        path: version.path().to_string(),
+        source: Box::new(VersionChanged {
+            path: version.path().to_string(),
+            expected: version.to_string(),
+            found,
+        }),
+    }
+}
+
+/// The [`VersionChanged`] inside `error`, however deeply DataFusion and the Parquet reader
+/// wrapped it.
+pub fn find_version_changed<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a VersionChanged> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(changed) = e.downcast_ref::<VersionChanged>() {
+            return Some(changed);
+        }
+        current = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn meta(size: u64, e_tag: Option<&str>, version: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            location: Path::from("a.parquet"),
+            last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+            size,
+            e_tag: e_tag.map(str::to_string),
+            version: version.map(str::to_string),
+        }
+    }
+
+    fn key() -> StoreKey {
+        StoreKey::of(&Url::parse("s3://bucket").unwrap())
+    }
+
+    #[test]
+    fn a_store_is_named_by_scheme_host_and_port_alone() {
+        for (a, b) in [
+            ("memory://", "memory:"),
+            ("s3://bucket", "s3://bucket/some/path/"),
+            ("http://host:8080/x", "http://host:8080"),
+            ("file:///", "file://"),
+        ] {
+            let key = |u: &str| StoreKey::of(&Url::parse(u).unwrap());
+            assert_eq!(key(a), key(b), "{a} and {b}");
+        }
+        let key = |u: &str| StoreKey::of(&Url::parse(u).unwrap());
+        assert_ne!(key("s3://a"), key("s3://b"));
+        assert_ne!(key("http://h:1"), key("http://h:2"));
+    }
+
+    #[test]
+    fn a_listing_without_the_version_and_a_get_with_it_name_one_version() {
+        let listed = ObjectVersion::new(key(), &meta(10, Some("\"abc\""), None));
+        let got = ObjectVersion::new(key(), &meta(10, Some("\"abc\""), Some("1700000000123")));
+        assert_eq!(listed, got, "the e_tag decides");
+        assert!(listed.matches(&meta(10, Some("\"abc\""), Some("17"))));
+        assert!(
+            listed.matches(&meta(10, Some("abc"), None)),
+            "quotes do not matter"
+        );
+        assert!(!listed.matches(&meta(10, Some("\"abd\""), None)));
+        assert!(
+            !listed.matches(&meta(11, Some("\"abc\""), None)),
+            "sizes must agree"
+        );
+        assert_eq!(listed.validator().if_match().as_deref(), Some("\"abc\""));
+    }
+
+    #[test]
+    fn weak_and_missing_e_tags_never_pin_bytes() {
+        let weak = ObjectVersion::new(key(), &meta(10, Some("W/\"abc\""), None));
+        assert!(!weak.pins_bytes());
+        assert_eq!(weak.validator().if_match(), None);
+        assert!(weak.matches(&meta(10, Some("W/\"abc\""), None)));
+        assert!(!weak.matches(&meta(10, Some("W/\"abd\""), None)));
+        let none = ObjectVersion::new(key(), &meta(10, None, None));
+        assert!(!none.pins_bytes());
+        let mut later = meta(10, None, None);
+        later.last_modified = Utc.timestamp_opt(1_700_000_005, 0).unwrap();
+        assert!(!none.matches(&later), "another modification time");
+        let versioned = ObjectVersion::new(key(), &meta(10, None, Some("7")));
+        assert!(versioned.pins_bytes());
+        assert!(!versioned.matches(&meta(10, None, Some("8"))));
+    }
+
+    #[test]
+    fn a_changed_version_is_a_precondition_error_naming_both_versions() {
+        let v1 = ObjectVersion::new(key(), &meta(10, Some("\"one\""), None));
+        let err = version_changed(&v1, Some(&meta(12, Some("\"two\""), None)));
+        assert!(matches!(err, object_store::Error::Precondition { .. }));
+        let text = err.to_string();
+        for part in ["a.parquet", "\"one\"", "\"two\"", "12 bytes"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        let changed = find_version_changed(&err).unwrap();
+        assert_eq!(changed.path, "a.parquet");
+    }
+}

@@ -1,0 +1,183 @@
+//! Starting downloads while the controller and the budget allow, and taking them back as they
+//! finish. Each download is a task of its own, aborted when the scan ends; each reads through
+//! the versioned read at the version the scan planned with.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use object_store::path::Path;
+use tokio::runtime::Handle;
+
+use super::queue::{State, Work};
+use super::{Download, Scan};
+use crate::index::footer::load_footer;
+
+impl Scan {
+    /// Starts queued work while the controller allows more downloads and the budget and the
+    /// memory pool allow their bytes.
+    pub(super) fn pump(self: &Arc<Self>, state: &mut State, runtime: &Handle) {
+        while state.running && state.in_flight < state.controller.downloads() {
+            self.fill_queue(state);
+            let Some((&key, work)) = state.queue.first_key_value() else {
+                return;
+            };
+            let bytes = match work {
+                Work::Footer(_) => 0,
+                Work::Unit(path, start) => state
+                    .files
+                    .get(path)
+                    .and_then(|e| e.units.get(start))
+                    .map_or(0, |u| u.range.end - u.range.start),
+            };
+            if bytes > self.config.max_bytes {
+                // Larger than any budget this scan can have: its reader reads it.
+                state.queue.remove(&key);
+                continue;
+            }
+            if bytes > 0 && !self.reserve(state, bytes) {
+                return;
+            }
+            match state.queue.remove(&key) {
+                Some(Work::Footer(path)) => self.launch_footer(state, path, runtime),
+                Some(Work::Unit(path, start)) => {
+                    self.launch_unit(state, &path, start, bytes, runtime);
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn spawn_task(
+        self: &Arc<Self>,
+        state: &mut State,
+        runtime: &Handle,
+        task: BoxFuture<'static, Option<Bytes>>,
+    ) -> Download {
+        state.next_task += 1;
+        state.in_flight += 1;
+        let id = state.next_task;
+        let generation = state.generation;
+        let scan = Arc::clone(self);
+        let handle = runtime.spawn(async move {
+            let result = task.await;
+            scan.task_done(generation, id);
+            result
+        });
+        state.tasks.insert(id, handle.abort_handle());
+        self.figures.started(state.in_flight);
+        handle.map(|r| r.ok().flatten()).boxed().shared()
+    }
+
+    fn task_done(self: &Arc<Self>, generation: u64, id: u64) {
+        let mut state = self.lock();
+        if state.generation != generation || state.tasks.remove(&id).is_none() {
+            return;
+        }
+        self.figures.ended(1);
+        state.in_flight -= 1;
+        if let Ok(runtime) = Handle::try_current() {
+            self.pump(&mut state, &runtime);
+        }
+    }
+
+    fn launch_footer(self: &Arc<Self>, state: &mut State, path: Path, runtime: &Handle) {
+        let Some(entry) = state.files.get(&path) else {
+            return;
+        };
+        let version = entry.version.clone();
+        let scan = Arc::clone(self);
+        let generation = state.generation;
+        let task = async move {
+            let (reads, v, hint) = (scan.reads.clone(), version.clone(), scan.metadata_size_hint);
+            let load = async move {
+                let read = |range: Range<u64>| {
+                    let (reads, v) = (reads.clone(), v.clone());
+                    async move { reads.read_one(&v, range, None).await }
+                };
+                load_footer(&v, hint, read).await
+            };
+            match scan.index.metadata(&version, load).await {
+                Ok((metadata, _)) => scan.queue_pieces(generation, version.path(), &metadata),
+                Err(_) => scan.figures.failed(),
+            }
+            None
+        }
+        .boxed();
+        // Nothing waits on a footer load here: readers join it through the index cache.
+        drop(self.spawn_task(state, runtime, task));
+    }
+
+    pub(super) fn launch_unit(
+        self: &Arc<Self>,
+        state: &mut State,
+        path: &Path,
+        start: u64,
+        reserved: u64,
+        runtime: &Handle,
+    ) -> Option<Download> {
+        let entry = state.files.get(path)?;
+        let unit = entry.units.get(&start)?;
+        let (version, range) = (entry.version.clone(), unit.range.clone());
+        let scan = Arc::clone(self);
+        let generation = state.generation;
+        let task = async move {
+            let began = Instant::now();
+            let bytes = scan
+                .reads
+                .read_one(&version, range.clone(), None)
+                .await
+                .ok();
+            scan.unit_arrived(
+                generation,
+                version.path(),
+                range,
+                bytes.is_some(),
+                began.elapsed(),
+            );
+            bytes
+        }
+        .boxed();
+        let download = self.spawn_task(state, runtime, task);
+        state.controller.started(reserved, Instant::now());
+        let unit = state.files.get_mut(path)?.units.get_mut(&start)?;
+        unit.download = Some(download.clone());
+        unit.reserved = reserved;
+        Some(download)
+    }
+
+    fn unit_arrived(
+        &self,
+        generation: u64,
+        path: &Path,
+        range: Range<u64>,
+        ok: bool,
+        took: Duration,
+    ) {
+        let mut state = self.lock();
+        if state.generation != generation {
+            return;
+        }
+        let len = range.end - range.start;
+        if ok {
+            self.figures.fetched(len);
+            state.controller.finished(len, took, Instant::now());
+        } else {
+            self.figures.failed();
+        }
+        let Some(entry) = state.files.get_mut(path) else {
+            return;
+        };
+        if ok {
+            if let Some(unit) = entry.units.get_mut(&range.start) {
+                unit.arrived = true;
+            }
+        } else if let Some(unit) = entry.units.remove(&range.start) {
+            // Never keep a failed download: readers read these bytes themselves.
+            self.release(&mut state, unit.reserved);
+        }
+    }
+}

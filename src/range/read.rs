@@ -1,0 +1,294 @@
+//! [`RangeCache::read_through`]: a read cut into the pieces memory holds, the pieces the disk
+//! tier holds, and the gaps, which are fetched in one call and kept.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use object_store::OBJECT_STORE_COALESCE_DEFAULT;
+
+use super::spans::Piece;
+use super::{RangeCache, RangeKey, forget_span};
+use crate::metrics::{ScanMetrics, Source};
+use crate::object::ObjectVersion;
+
+/// One piece of a requested range and, once found, the buffer holding it and where that
+/// buffer starts in the object.
+struct Part {
+    range: Range<u64>,
+    found: Option<(Bytes, u64, Source)>,
+}
+
+impl Part {
+    fn gap(range: Range<u64>) -> Self {
+        Self { range, found: None }
+    }
+
+    fn bytes(&self) -> Option<Bytes> {
+        let (buffer, start, _) = self.found.as_ref()?;
+        let from = (self.range.start - start) as usize;
+        let to = (self.range.end - start) as usize;
+        (to <= buffer.len()).then(|| buffer.slice(from..to))
+    }
+}
+
+impl RangeCache {
+    /// Reads `ranges` of `object`: from memory, then disk, and what neither holds through
+    /// `fetch`, which is called at most once with the missing ranges (coalesced the way
+    /// object_store coalesces). What `fetch` returns is kept under the version `keep_as`
+    /// names once the fetch is done: `object` itself, or, for a version that could not be
+    /// looked up (known by its time alone), the version the responses showed. `fetch` must
+    /// read `object` at this version (guarded by it). The bytes served are counted by source
+    /// here and, for a reader's own read, in `scan`. Ranges must be valid.
+    pub(crate) async fn read_through<F, Fut, K>(
+        &self,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+        scan: Option<&ScanMetrics>,
+        fetch: F,
+        keep_as: K,
+    ) -> object_store::Result<Vec<Bytes>>
+    where
+        F: FnOnce(Vec<Range<u64>>) -> Fut,
+        Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
+        K: FnOnce() -> Option<ObjectVersion>,
+    {
+        let served = |source, bytes| {
+            self.inner.served.add(source, bytes);
+            if let Some(scan) = scan {
+                scan.read_from(source, bytes);
+            }
+        };
+        let mut parts = match self.applies(object) {
+            true => {
+                let mut parts = self.look_in_memory(object, ranges);
+                self.look_on_disk(object, &mut parts).await;
+                parts
+            }
+            false => ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect(),
+        };
+        self.fetch_gaps(object, &mut parts, fetch, keep_as).await?;
+        ranges
+            .iter()
+            .zip(parts)
+            .map(|(range, parts)| {
+                for part in &parts {
+                    if let Some((_, _, source)) = part.found {
+                        served(source, part.range.end - part.range.start);
+                    }
+                }
+                join(object, range, &parts)
+            })
+            .collect()
+    }
+
+    /// Cuts each range into pieces, found in memory or not.
+    fn look_in_memory(&self, object: &ObjectVersion, ranges: &[Range<u64>]) -> Vec<Vec<Part>> {
+        // Worked out under the lock (moka is called after it is released: its listener
+        // takes the lock).
+        let covered: Option<Vec<Vec<Piece>>> = self
+            .lock_spans()
+            .get(object)
+            .map(|held| ranges.iter().map(|r| held.cover(r.clone())).collect());
+        let Some(covered) = covered else {
+            for _ in ranges {
+                self.inner.counters.miss();
+            }
+            return ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect();
+        };
+        let mut buffers: HashMap<u64, Option<Bytes>> = HashMap::new();
+        let mut stale = Vec::new();
+        let parts = covered
+            .into_iter()
+            .map(|pieces| {
+                pieces
+                    .into_iter()
+                    .map(|(piece, entry)| {
+                        let found = entry.and_then(|entry| {
+                            let key = RangeKey {
+                                object: object.clone(),
+                                start: entry.start,
+                            };
+                            let buffer = buffers
+                                .entry(entry.start)
+                                .or_insert_with(|| self.inner.memory.get(&key))
+                                .clone()
+                                .filter(|b| b.len() as u64 == entry.end - entry.start);
+                            if buffer.is_none() {
+                                stale.push(entry.clone());
+                            }
+                            buffer.map(|b| (b, entry.start, Source::Memory))
+                        });
+                        match found {
+                            Some(_) => self.inner.counters.hit(),
+                            None => self.inner.counters.miss(),
+                        }
+                        Part {
+                            range: piece,
+                            found,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        for entry in stale {
+            forget_span(&self.inner.spans, object, entry);
+        }
+        parts
+    }
+
+    /// Fills the pieces memory lacked from the disk tier, and brings what it read into memory.
+    async fn look_on_disk(&self, object: &ObjectVersion, parts: &mut [Vec<Part>]) {
+        let Some(disk) = &self.inner.disk else {
+            return;
+        };
+        if parts.iter().flatten().all(|p| p.found.is_some()) {
+            return;
+        }
+        let gaps: Vec<Range<u64>> = parts
+            .iter()
+            .flatten()
+            .filter(|p| p.found.is_none())
+            .map(|p| p.range.clone())
+            .collect();
+        let Some(covered) = disk.cover(object, &gaps) else {
+            return;
+        };
+        // Split each gap by what the disk holds (`covered` is in the order of `gaps`).
+        let mut covered = covered.into_iter();
+        let mut wanted: Vec<Range<u64>> = Vec::new();
+        for range_parts in parts.iter_mut() {
+            let mut split = Vec::with_capacity(range_parts.len());
+            for part in range_parts.drain(..) {
+                if part.found.is_some() {
+                    split.push(part);
+                    continue;
+                }
+                for (piece, entry) in covered.next().unwrap_or_default() {
+                    if let Some(entry) = &entry
+                        && !wanted.contains(entry)
+                    {
+                        wanted.push(entry.clone());
+                    }
+                    // Marked with the entry's start; filled below once it is read.
+                    split.push(Part {
+                        range: piece,
+                        found: entry.map(|e| (Bytes::new(), e.start, Source::Disk)),
+                    });
+                }
+            }
+            *range_parts = split;
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let (tier, version) = (Arc::clone(disk), object.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            wanted
+                .into_iter()
+                .map(|entry| (entry.start, tier.read(&version, entry)))
+                .collect::<HashMap<u64, Option<Bytes>>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (&start, bytes) in &read {
+            if let Some(bytes) = bytes {
+                self.insert_memory(object, start, bytes.clone());
+            }
+        }
+        for part in parts.iter_mut().flatten() {
+            if let Some((_, start, Source::Disk)) = &part.found {
+                part.found = match read.get(start) {
+                    Some(Some(bytes)) => Some((bytes.clone(), *start, Source::Disk)),
+                    _ => None,
+                };
+            }
+        }
+    }
+
+    /// Fetches the pieces neither tier had, in one call of `fetch`, and keeps them.
+    async fn fetch_gaps<F, Fut, K>(
+        &self,
+        object: &ObjectVersion,
+        parts: &mut [Vec<Part>],
+        fetch: F,
+        keep_as: K,
+    ) -> object_store::Result<()>
+    where
+        F: FnOnce(Vec<Range<u64>>) -> Fut,
+        Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
+        K: FnOnce() -> Option<ObjectVersion>,
+    {
+        let mut gaps: Vec<Range<u64>> = parts
+            .iter()
+            .flatten()
+            .filter(|p| p.found.is_none())
+            .map(|p| p.range.clone())
+            .collect();
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        gaps.sort_by_key(|g| g.start);
+        let mut requests: Vec<Range<u64>> = Vec::new();
+        for gap in gaps {
+            match requests.last_mut() {
+                Some(last)
+                    if gap.start <= last.end.saturating_add(OBJECT_STORE_COALESCE_DEFAULT) =>
+                {
+                    last.end = last.end.max(gap.end);
+                }
+                _ => requests.push(gap),
+            }
+        }
+        let fetched = fetch(requests.clone()).await?;
+        if fetched.len() != requests.len()
+            || fetched
+                .iter()
+                .zip(&requests)
+                .any(|(b, r)| b.len() as u64 != r.end - r.start)
+        {
+            return Err(object_store::Error::Generic {
+                store: "RangeCache",
+                source: format!(
+                    "the store returned other lengths than the ranges asked of {}",
+                    object.path()
+                )
+                .into(),
+            });
+        }
+        if let Some(keep) = keep_as() {
+            for (request, bytes) in requests.iter().zip(&fetched) {
+                self.insert(&keep, request.start, bytes.clone());
+            }
+        }
+        for part in parts.iter_mut().flatten() {
+            if part.found.is_some() {
+                continue;
+            }
+            let i = requests.partition_point(|r| r.end <= part.range.start);
+            if let (Some(request), Some(bytes)) = (requests.get(i), fetched.get(i)) {
+                part.found = Some((bytes.clone(), request.start, Source::Store));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Joins the pieces of `range`: a slice of one buffer, or a copy of several.
+fn join(object: &ObjectVersion, range: &Range<u64>, parts: &[Part]) -> object_store::Result<Bytes> {
+    let missing = || object_store::Error::Generic {
+        store: "RangeCache",
+        source: format!("bytes {range:?} of {} were not found", object.path()).into(),
+    };
+    if let [part] = parts {
+        return part.bytes().ok_or_else(missing);
+    }
+    let len = usize::try_from(range.end.saturating_sub(range.start)).map_err(|_| missing())?;
+    let mut joined = BytesMut::with_capacity(len);
+    for part in parts {
+        joined.extend_from_slice(&part.bytes().ok_or_else(missing)?);
+    }
+    Ok(joined.freeze())
+}

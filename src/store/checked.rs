@@ -1,0 +1,146 @@
+//! [`CheckedCache`]: DataFusion's own caches, checked against the versions the handle cache
+//! knows.
+//!
+//! DataFusion keys its footer and statistics caches by path (and table) alone and checks an
+//! entry only by size and modification time, which S3 gives to the second. Two stores
+//! holding the same path, or a same-size rewrite within a second, would then get each other's
+//! footer, and statistics that prune files or answer `count(*)`. So an entry is served only
+//! while no store the handle cache knows shows its path at another version; otherwise it is
+//! dropped, and DataFusion reads it again. One wrapper does this for every path-keyed cache
+//! DataFusion consults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::common::{HashMap, TableReference};
+use datafusion::execution::cache::cache_manager::{CachedFileMetadata, CachedFileMetadataEntry};
+use datafusion::execution::cache::{Cache, CacheEntryInfo, CacheKey, CacheValue, TableScopedPath};
+use object_store::ObjectMeta;
+use object_store::path::Path;
+
+use crate::handle::HandleCache;
+
+/// A key of a DataFusion cache: it names an object's path.
+pub trait PathKey {
+    /// The object's path.
+    fn object_path(&self) -> &Path;
+}
+
+impl PathKey for Path {
+    fn object_path(&self) -> &Path {
+        self
+    }
+}
+
+impl PathKey for TableScopedPath {
+    fn object_path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A value of a DataFusion cache: it records the metadata it was made for.
+pub trait MadeFor {
+    /// The object's metadata when the value was made.
+    fn made_for(&self) -> &ObjectMeta;
+}
+
+impl MadeFor for CachedFileMetadataEntry {
+    fn made_for(&self) -> &ObjectMeta {
+        &self.meta
+    }
+}
+
+impl MadeFor for CachedFileMetadata {
+    fn made_for(&self) -> &ObjectMeta {
+        &self.meta
+    }
+}
+
+/// A DataFusion cache whose entries are checked against the handle cache; see the module
+/// docs.
+pub struct CheckedCache<K, V> {
+    inner: Arc<dyn Cache<K, V>>,
+    handles: HandleCache,
+}
+
+impl<K: CacheKey, V: CacheValue> std::fmt::Debug for CheckedCache<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CheckedCache({})", self.inner.name())
+    }
+}
+
+impl<K, V> CheckedCache<K, V> {
+    /// `inner`, checked against what `handles` knows.
+    pub(crate) fn new(inner: Arc<dyn Cache<K, V>>, handles: &HandleCache) -> Self {
+        Self {
+            inner,
+            handles: handles.clone(),
+        }
+    }
+}
+
+impl<K, V> Cache<K, V> for CheckedCache<K, V>
+where
+    K: CacheKey + PathKey,
+    V: CacheValue + MadeFor,
+{
+    fn get(&self, key: &K) -> Option<V> {
+        let value = self.inner.get(key)?;
+        if self
+            .handles
+            .contradicts(key.object_path(), value.made_for())
+        {
+            self.inner.remove(key);
+            return None;
+        }
+        Some(value)
+    }
+
+    fn put(&self, key: &K, value: V) -> Option<V> {
+        self.inner.put(key, value)
+    }
+
+    fn remove(&self, k: &K) -> Option<V> {
+        self.inner.remove(k)
+    }
+
+    fn contains_key(&self, k: &K) -> bool {
+        self.get(k).is_some()
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn clear(&self) {
+        self.inner.clear()
+    }
+
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn cache_limit(&self) -> usize {
+        self.inner.cache_limit()
+    }
+
+    fn update_cache_limit(&self, limit: usize) {
+        self.inner.update_cache_limit(limit)
+    }
+
+    fn cache_ttl(&self) -> Option<Duration> {
+        self.inner.cache_ttl()
+    }
+
+    fn update_cache_ttl(&self, ttl: Option<Duration>) {
+        self.inner.update_cache_ttl(ttl)
+    }
+
+    fn drop_table_entries(&self, table_ref: &TableReference) -> datafusion::error::Result<()> {
+        self.inner.drop_table_entries(table_ref)
+    }
+
+    fn list_entries(&self) -> HashMap<K, CacheEntryInfo<V>> {
+        self.inner.list_entries()
+    }
+}

@@ -1,0 +1,103 @@
+//! The store layer: [`CachingObjectStore`], the object-store wrapper, and [`StoreReads`], the
+//! one versioned read every byte of a scan goes through.
+//!
+//! - `reads.rs`: `read(version, ranges)` guards each request with the version (`If-Match`
+//!   and a check of the response), serves from and fills the range cache, counts the figures,
+//!   and on a changed object fails with a `Precondition` error and drops the old version's
+//!   entries. Readers, footer and bloom-filter loads, and prefetches all call it.
+//! - `local.rs`: the same read over local files, through cached descriptors.
+//! - `wrapper.rs`: `CachingObjectStore`, which answers HEAD and LIST from the handle cache,
+//!   serves ranged GETs through the versioned read at the version it knows, and drops what a
+//!   write through it touches.
+//! - `listing.rs`: listings recorded as they stream.
+//! - `checked.rs`: DataFusion's own path-keyed caches (footers, statistics), checked against
+//!   the versions the handle cache knows.
+//!
+//! [`Caches`] bundles what the layer reads and fills; [`Directory`] finds the versioned read
+//! of a wrapper a session registered, from the `Arc<dyn ObjectStore>` DataFusion hands out.
+
+mod checked;
+mod listing;
+mod local;
+mod reads;
+mod wrapper;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use object_store::ObjectStore;
+
+pub use checked::{CheckedCache, MadeFor, PathKey};
+pub(crate) use reads::StoreReads;
+pub use wrapper::CachingObjectStore;
+
+use crate::handle::HandleCache;
+use crate::index::IndexCache;
+use crate::object::{ObjectId, ObjectVersion};
+use crate::range::RangeCache;
+
+/// The caches a [`CachingObjectStore`] reads and fills, shared by every store and session of
+/// a `LakeCache` (which hands them out with `AsRef`). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Caches {
+    pub(crate) handles: HandleCache,
+    pub(crate) index: IndexCache,
+    pub(crate) ranges: RangeCache,
+    pub(crate) directory: Directory,
+}
+
+impl AsRef<Caches> for Caches {
+    fn as_ref(&self) -> &Caches {
+        self
+    }
+}
+
+impl Caches {
+    /// Bundles the caches.
+    pub(crate) fn new(handles: HandleCache, index: IndexCache, ranges: RangeCache) -> Self {
+        Self {
+            handles,
+            index,
+            ranges,
+            directory: Directory::default(),
+        }
+    }
+
+    /// Drops everything cached about one object, in every version.
+    pub(crate) fn forget(&self, id: &ObjectId) {
+        self.handles.invalidate(id);
+        self.index.invalidate(id);
+        self.ranges.invalidate(id);
+    }
+
+    /// Drops the index and range entries of one version of an object.
+    pub(crate) fn forget_version(&self, version: &ObjectVersion) {
+        self.index.invalidate_version(version);
+        self.ranges.invalidate_version(version);
+    }
+}
+
+/// The versioned reads of every [`CachingObjectStore`] built over one [`Caches`], by the id
+/// each wrapper shows in its `Display` (`CachingObjectStore#7(...)`): the only thing a
+/// `dyn ObjectStore` tells about itself. Ids are never reused, and entries hold no store
+/// alive.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Directory {
+    reads: Arc<Mutex<HashMap<u64, Weak<reads::ReadsInner>>>>,
+}
+
+impl Directory {
+    fn register(&self, id: u64, reads: &StoreReads) {
+        let mut map = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, r| r.strong_count() > 0);
+        map.insert(id, reads.downgrade());
+    }
+
+    /// The versioned read of `store` if it is a [`CachingObjectStore`] over these caches
+    /// (not wrapped again by another store, whose requests would then be bypassed).
+    pub(crate) fn find(&self, store: &Arc<dyn ObjectStore>) -> Option<StoreReads> {
+        let id = wrapper::wrapper_id(store.as_ref())?;
+        let map = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&id)?.upgrade().map(StoreReads::from_inner)
+    }
+}

@@ -1,0 +1,405 @@
+//! [`CachingObjectStore`]: an [`ObjectStore`] wrapper that answers HEAD and LIST from the
+//! handle cache, serves ranged reads through the versioned read, and drops what writes
+//! through it touch.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{
+    Attributes, CopyOptions, Error, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
+    MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload,
+    PutResult, RenameOptions, Result, UploadPart,
+};
+use url::Url;
+
+use super::{Caches, StoreReads};
+use crate::handle::HandleCache;
+use crate::object::{ObjectVersion, StoreKey};
+
+/// Ids of wrappers, shown in their `Display` so a `dyn ObjectStore` can be recognised.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+const NAME: &str = "CachingObjectStore#";
+
+/// An [`ObjectStore`] that remembers what it learned about objects in shared caches:
+///
+/// - HEAD requests of a known object and repeated listings of a prefix make no request
+///   (listings have their own, shorter TTL so new files show up);
+/// - a ranged read is a versioned read of the version the handle cache holds: guarded by
+///   `If-Match` and a check of each response, served from the range cache where it holds the
+///   bytes; over a [`LocalFileSystem`], positional reads on cached descriptors. A read of an
+///   object replaced behind the cache's back fails once with a `Precondition` error naming
+///   it, and the next read sees the new version;
+/// - writes, deletes, copies and renames made through the wrapper drop the entries they
+///   touch, and the listings that hold them, before they return.
+///
+/// Every method is forwarded, so the inner store's own listing stays in use whenever the cache
+/// has nothing to add.
+///
+/// ```
+/// # use object_store::{ObjectStore, ObjectStoreExt, PutPayload, memory::InMemory, path::Path};
+/// # use datafusion_lakecache::{CachingObjectStore, LakeCache};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> object_store::Result<()> {
+/// let lake = LakeCache::builder().build().unwrap();
+/// let url = url::Url::parse("memory://").unwrap();
+/// let store = CachingObjectStore::new(InMemory::new(), &url, &lake);
+/// let path = Path::from("data/a.parquet");
+/// store.put(&path, PutPayload::from_static(b"PAR1")).await?;
+/// store.head(&path).await?; // a request
+/// store.head(&path).await?; // served from the cache
+/// assert_eq!(lake.stats().handles.metadata.hits, 1);
+/// # Ok(())
+/// # }
+/// ```
+pub struct CachingObjectStore<S: ObjectStore> {
+    inner: Arc<S>,
+    id: u64,
+    reads: StoreReads,
+}
+
+impl<S: ObjectStore> Clone for CachingObjectStore<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            id: self.id,
+            reads: self.reads.clone(),
+        }
+    }
+}
+
+impl<S: ObjectStore> fmt::Debug for CachingObjectStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl<S: ObjectStore> fmt::Display for CachingObjectStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{NAME}{}({})", self.id, self.inner)
+    }
+}
+
+/// The id a store's `Display` shows if it is a [`CachingObjectStore`], read without
+/// formatting the rest (an inner store's `Display` can be long).
+pub(super) fn wrapper_id(store: &dyn ObjectStore) -> Option<u64> {
+    struct Head(String);
+    impl fmt::Write for Head {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            for c in s.chars() {
+                if c == '(' || self.0.len() > NAME.len() + 20 {
+                    return Err(fmt::Error);
+                }
+                self.0.push(c);
+            }
+            Ok(())
+        }
+    }
+    let mut head = Head(String::new());
+    let _ = fmt::write(&mut head, format_args!("{store}"));
+    head.0.strip_prefix(NAME)?.parse().ok()
+}
+
+impl<S: ObjectStore> CachingObjectStore<S> {
+    /// Wraps `inner`, which serves the objects under `store_url` (for example `s3://bucket`;
+    /// only scheme, host and port are used), with the caches of `caches` (a `LakeCache`).
+    /// A [`LocalFileSystem`] is read through cached descriptors.
+    pub fn new(inner: S, store_url: &Url, caches: &impl AsRef<Caches>) -> Self {
+        Self::new_arc(Arc::new(inner), store_url, caches)
+    }
+
+    /// Like [`CachingObjectStore::new`], for a store already behind an `Arc`.
+    pub fn new_arc(inner: Arc<S>, store_url: &Url, caches: &impl AsRef<Caches>) -> Self {
+        let any: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(&inner) as _;
+        let local = any.downcast::<LocalFileSystem>().ok();
+        Self::build(inner, StoreKey::of(store_url), caches.as_ref(), local)
+    }
+
+    fn build(
+        inner: Arc<S>,
+        store: StoreKey,
+        caches: &Caches,
+        local: Option<Arc<LocalFileSystem>>,
+    ) -> Self {
+        let id = NEXT_ID.fetch_add(1, Relaxed);
+        let dyn_inner: Arc<dyn ObjectStore> = Arc::clone(&inner) as _;
+        let reads = StoreReads::new(dyn_inner, store, caches.clone(), local);
+        caches.directory.register(id, &reads);
+        Self { inner, id, reads }
+    }
+
+    /// Declares that the inner store's objects are the files `files` resolves, so they are
+    /// read through cached descriptors. Found on its own when the inner store is a
+    /// [`LocalFileSystem`]; use this when it is a wrapper around one.
+    pub fn with_local_files(self, files: Arc<LocalFileSystem>) -> Self {
+        let r = self.reads.inner();
+        let (store, caches) = (r.store.clone(), r.caches.clone());
+        Self::build(self.inner, store, &caches, Some(files))
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<S> {
+        &self.inner
+    }
+
+    /// The handle cache this wrapper reads and fills.
+    pub fn cache(&self) -> &HandleCache {
+        &self.reads.caches().handles
+    }
+
+    fn handles(&self) -> &HandleCache {
+        &self.reads.caches().handles
+    }
+
+    /// Drops everything cached about `location`, descriptor included.
+    fn forget(&self, location: &Path) {
+        self.reads.caches().forget(&self.reads.id(location));
+        if let Some(Ok(path)) = self.reads.local_file(location) {
+            self.handles().files().invalidate(&path);
+        }
+    }
+
+    /// Records what a response showed: its metadata, or that the object is gone.
+    fn observe<T>(
+        &self,
+        location: &Path,
+        result: Result<T>,
+        meta: impl Fn(&T) -> &ObjectMeta,
+    ) -> Result<T> {
+        match &result {
+            Ok(value) => self.reads.observe(meta(value)),
+            Err(Error::NotFound { .. }) => self.forget(location),
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// A HEAD of the inner store, recorded in the cache.
+    async fn head_inner(&self, location: &Path) -> Result<ObjectMeta> {
+        let head = self
+            .inner
+            .get_opts(location, GetOptions::new().with_head(true))
+            .await;
+        self.observe(location, head, |r| &r.meta).map(|r| r.meta)
+    }
+
+    /// The version of `location` reads of the plain `ObjectStore` API are made at: the one the
+    /// handle cache holds (what a listing or HEAD showed, as a planner saw it), learned with a
+    /// HEAD (or, for a local file, its descriptor) if it holds none. `None` when the handle
+    /// cache is off: reads then go to the store as they are.
+    async fn version_for_read(&self, location: &Path) -> Result<Option<ObjectVersion>> {
+        if !self.handles().config().enabled {
+            return Ok(None);
+        }
+        if let Some(v) = self.reads.current(location) {
+            return Ok(Some(v));
+        }
+        let store = self.reads.store_key().clone();
+        if let Some(file) = self.reads.local_file(location) {
+            let (meta, _) = self
+                .reads
+                .read_local(location, file?, None, |_| Ok(Vec::new()))
+                .await?;
+            return Ok(Some(ObjectVersion::new(store, &meta)));
+        }
+        let meta = self.head_inner(location).await?;
+        Ok(Some(ObjectVersion::new(store, &meta)))
+    }
+}
+
+fn is_unconditional(options: &GetOptions) -> bool {
+    options.if_match.is_none()
+        && options.if_none_match.is_none()
+        && options.if_modified_since.is_none()
+        && options.if_unmodified_since.is_none()
+        && options.version.is_none()
+}
+
+fn head_result(meta: ObjectMeta) -> GetResult {
+    GetResult {
+        payload: GetResultPayload::Stream(stream::empty().boxed()),
+        range: 0..0,
+        meta,
+        attributes: Attributes::default(),
+    }
+}
+
+fn bounded(range: &GetRange, location: &Path, size: u64) -> Result<Range<u64>> {
+    range.as_range(size).map_err(|e| Error::Generic {
+        store: "lakecache",
+        source: format!("{location}: {e}").into(),
+    })
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.forget(location);
+        let result = self.inner.put_opts(location, payload, opts).await;
+        self.forget(location);
+        result
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.forget(location);
+        let upload = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(ForgettingUpload {
+            upload,
+            store: self.clone(),
+            location: location.clone(),
+        }))
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        if !is_unconditional(&options) {
+            let result = self.inner.get_opts(location, options).await;
+            return self.observe(location, result, |r| &r.meta);
+        }
+        if options.head {
+            let cached = self.handles().meta(&self.reads.id(location));
+            if let Some(meta) = cached {
+                return Ok(head_result(meta));
+            }
+            return self.head_inner(location).await.map(head_result);
+        }
+        let Some(range) = options.range.clone() else {
+            // A whole-object read is one request: it cannot mix versions.
+            let result = self.inner.get_opts(location, options).await;
+            return self.observe(location, result, |r| &r.meta);
+        };
+        let Some(version) = self.version_for_read(location).await? else {
+            return self.inner.get_opts(location, options).await;
+        };
+        let wanted = bounded(&range, location, version.size())?;
+        let mut bytes = self
+            .reads
+            .read(&version, std::slice::from_ref(&wanted), None)
+            .await?;
+        let meta = self
+            .handles()
+            .peek(&self.reads.id(location))
+            .filter(|m| version.matches(m))
+            .unwrap_or_else(|| ObjectMeta {
+                location: location.clone(),
+                last_modified: chrono::DateTime::UNIX_EPOCH,
+                size: version.size(),
+                e_tag: version.validator().if_match(),
+                version: None,
+            });
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(stream::iter(bytes.pop().map(Ok)).boxed()),
+            range: wanted,
+            meta,
+            attributes: Attributes::default(),
+        })
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        match self.version_for_read(location).await? {
+            Some(version) => self.reads.read(&version, ranges, None).await,
+            None => self.inner.get_ranges(location, ranges).await,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let before = self.clone();
+        let after = self.clone();
+        let locations = locations
+            .inspect(move |l| {
+                if let Ok(l) = l {
+                    before.forget(l);
+                }
+            })
+            .boxed();
+        self.inner
+            .delete_stream(locations)
+            .inspect(move |l| {
+                if let Ok(l) = l {
+                    after.forget(l);
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.reads.list(prefix, None, || self.inner.list(prefix))
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let listing = || self.inner.list_with_offset(prefix, offset);
+        self.reads.list(prefix, Some(offset), listing)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.reads
+            .list_with_delimiter(prefix, || self.inner.list_with_delimiter(prefix))
+            .await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.forget(to);
+        let result = self.inner.copy_opts(from, to, options).await;
+        self.forget(to);
+        result
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.forget(from);
+        self.forget(to);
+        let result = self.inner.rename_opts(from, to, options).await;
+        self.forget(from);
+        self.forget(to);
+        result
+    }
+}
+
+/// A multipart upload that drops the cached entries of its object once it completes.
+#[derive(Debug)]
+struct ForgettingUpload<S: ObjectStore> {
+    upload: Box<dyn MultipartUpload>,
+    store: CachingObjectStore<S>,
+    location: Path,
+}
+
+#[async_trait]
+impl<S: ObjectStore> MultipartUpload for ForgettingUpload<S> {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        self.upload.put_part(data)
+    }
+
+    async fn complete(&mut self) -> Result<PutResult> {
+        let result = self.upload.complete().await;
+        self.store.forget(&self.location);
+        result
+    }
+
+    async fn abort(&mut self) -> Result<()> {
+        self.upload.abort().await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,300 @@
+#![allow(clippy::single_range_in_vec_init)] // one-range reads are the common case here
+
+use super::*;
+use crate::config::{HandleConfig, IndexConfig, RangeConfig};
+use crate::index::IndexCache;
+use crate::object::find_version_changed;
+use crate::range::RangeCache;
+use crate::testkit::{CloudMetadata, CountingStore, FaultStore, Op};
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use object_store::memory::InMemory;
+
+type Faulty = Arc<FaultStore<InMemory>>;
+type Counted = Arc<CountingStore<Faulty>>;
+type Stack = CachingObjectStore<Counted>;
+
+fn caches() -> Caches {
+    Caches::new(
+        HandleCache::try_new(HandleConfig::default()).unwrap(),
+        IndexCache::try_new(IndexConfig::default()).unwrap(),
+        RangeCache::try_new(RangeConfig::default()).unwrap(),
+    )
+}
+
+fn stack() -> (Stack, Counted, Faulty) {
+    let faults = Arc::new(FaultStore::new(InMemory::new()));
+    let counted = Arc::new(CountingStore::new(Arc::clone(&faults)));
+    let url = Url::parse("memory://").unwrap();
+    let store = CachingObjectStore::new(Arc::clone(&counted), &url, &caches());
+    (store, counted, faults)
+}
+
+async fn put(store: &impl ObjectStore, path: &str, body: &'static [u8]) {
+    store
+        .put(&Path::from(path), PutPayload::from_static(body))
+        .await
+        .unwrap();
+}
+
+async fn list(store: &impl ObjectStore, prefix: &str) -> Vec<String> {
+    let listed: Vec<ObjectMeta> = store
+        .list(Some(&Path::from(prefix)))
+        .try_collect()
+        .await
+        .unwrap();
+    let mut names: Vec<String> = listed.into_iter().map(|m| m.location.to_string()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_wrapper_is_recognised_by_its_display_alone() {
+    let (store, _, _) = stack();
+    let as_dyn: Arc<dyn ObjectStore> = Arc::new(store.clone());
+    assert_eq!(wrapper_id(as_dyn.as_ref()), Some(store.id));
+    let found = store.reads.caches().directory.find(&as_dyn).unwrap();
+    assert_eq!(found.store_key().as_str(), "memory://");
+    let other: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    assert_eq!(wrapper_id(other.as_ref()), None);
+}
+
+#[tokio::test]
+async fn heads_and_listings_are_served_from_the_cache() {
+    let (store, counted, _) = stack();
+    put(&store, "d/a", b"aaaa").await;
+    put(&store, "d/b", b"bb").await;
+    counted.reset();
+    assert_eq!(list(&store, "d").await, ["d/a", "d/b"]);
+    assert_eq!(list(&store, "d").await, ["d/a", "d/b"]);
+    // The listing taught the cache both objects' metadata.
+    assert_eq!(store.head(&Path::from("d/a")).await.unwrap().size, 4);
+    let delimited = store
+        .list_with_delimiter(Some(&Path::from("d")))
+        .await
+        .unwrap();
+    assert_eq!(delimited.objects.len(), 2);
+    store
+        .list_with_delimiter(Some(&Path::from("d")))
+        .await
+        .unwrap();
+    let c = counted.counts();
+    assert_eq!(
+        (c.list, c.head),
+        (2, 0),
+        "one recursive and one delimited listing"
+    );
+    let stats = store.cache().stats();
+    assert_eq!(stats.listings.hits, 2);
+    assert_eq!(stats.metadata.hits, 1);
+}
+
+#[tokio::test]
+async fn writes_through_the_wrapper_invalidate_what_they_touch() {
+    let (store, counted, _) = stack();
+    put(&store, "d/a", b"aaaa").await;
+    assert_eq!(list(&store, "d").await, ["d/a"]);
+    put(&store, "d/b", b"bb").await;
+    assert_eq!(
+        list(&store, "d").await,
+        ["d/a", "d/b"],
+        "put drops the parent listing"
+    );
+    store
+        .copy(&Path::from("d/a"), &Path::from("d/c"))
+        .await
+        .unwrap();
+    assert_eq!(list(&store, "d").await, ["d/a", "d/b", "d/c"]);
+    store
+        .rename(&Path::from("d/c"), &Path::from("e/c"))
+        .await
+        .unwrap();
+    assert_eq!(list(&store, "d").await, ["d/a", "d/b"]);
+    store.delete(&Path::from("d/a")).await.unwrap();
+    assert_eq!(list(&store, "d").await, ["d/b"]);
+    let err = store.head(&Path::from("d/a")).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let mut upload = store.put_multipart(&Path::from("d/m")).await.unwrap();
+    upload
+        .put_part(PutPayload::from_static(b"mmm"))
+        .await
+        .unwrap();
+    upload.complete().await.unwrap();
+    assert_eq!(list(&store, "d").await, ["d/b", "d/m"]);
+    assert_eq!(store.head(&Path::from("d/b")).await.unwrap().size, 2);
+    counted.reset();
+    store.head(&Path::from("d/m")).await.unwrap();
+    assert_eq!(counted.counts().head, 0, "known from the listing");
+}
+
+#[tokio::test]
+async fn a_replaced_object_fails_once_naming_both_versions_then_reads_its_new_version() {
+    let (store, counted, faults) = stack();
+    let path = Path::from("f");
+    put(&store, "f", b"0123456789").await;
+    store.head(&path).await.unwrap();
+    // Replaced behind the cache's back, with the same size.
+    faults
+        .put(&path, PutPayload::from_static(b"abcdefghij"))
+        .await
+        .unwrap();
+    counted.reset();
+    let err = store
+        .get_ranges(&path, &[0..2, 5..7, 8..10])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Precondition { .. }), "{err}");
+    let changed = find_version_changed(&err).unwrap();
+    assert_eq!(changed.path, "f");
+    assert!(err.to_string().contains("10 bytes"), "{err}");
+    assert_eq!(store.cache().stats().version_changes, 1);
+    // The old version is forgotten: the next read learns the new one.
+    let got = store.get_ranges(&path, &[0..2, 5..7, 8..10]).await.unwrap();
+    assert_eq!(got, [&b"ab"[..], &b"fg"[..], &b"ij"[..]]);
+    let c = counted.counts();
+    assert_eq!(
+        (c.head, c.get),
+        (1, 2),
+        "refused GET; HEAD of the new version, GET"
+    );
+    // Replaced again: bytes the range cache holds are still the known version's, whole.
+    faults
+        .put(&path, PutPayload::from_static(b"ZYXWVUTSRQ"))
+        .await
+        .unwrap();
+    counted.reset();
+    assert_eq!(&store.get_range(&path, 0..3).await.unwrap()[..], b"abc");
+    assert_eq!(counted.counts().get, 0, "from the range cache");
+    // Once the caches let the old version go (its TTL, or a clear), the new one is read.
+    store.cache().clear();
+    store.reads.caches().ranges.clear();
+    assert_eq!(&store.get_range(&path, 0..3).await.unwrap()[..], b"ZYX");
+}
+
+#[tokio::test]
+async fn a_refused_if_match_is_a_typed_error() {
+    let (store, _, faults) = stack();
+    let path = Path::from("f");
+    put(&store, "f", b"0123456789").await;
+    store.head(&path).await.unwrap();
+    faults.fail(Op::Changed, 1);
+    let err = store.get_ranges(&path, &[0..2, 4..6]).await.unwrap_err();
+    let changed = find_version_changed(&err).unwrap_or_else(|| panic!("not typed: {err}"));
+    assert_eq!(changed.path, "f");
+    assert!(err.to_string().contains("run the query again"), "{err}");
+    // Once it holds still, reads work again.
+    assert_eq!(
+        store.get_ranges(&path, &[0..2, 4..6]).await.unwrap().len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_listing_that_raced_a_write_does_not_bring_the_old_version_back() {
+    let (store, counted, _) = stack();
+    let path = Path::from("d/a");
+    put(&store, "d/a", b"old bytes!").await;
+    // The listing's page is fetched before the write...
+    let listing = store.list(Some(&Path::from("d")));
+    put(&store, "d/a", b"new bytes!").await;
+    // ...and consumed after it.
+    let seen: Vec<ObjectMeta> = listing.try_collect().await.unwrap();
+    assert_eq!(seen.len(), 1);
+    counted.reset();
+    let got = store.get_range(&path, 0..10).await.unwrap();
+    assert_eq!(&got[..], b"new bytes!");
+    assert_eq!(counted.counts().head, 1, "the old listing recorded nothing");
+    // Nor was the racing listing cached.
+    assert_eq!(list(&store, "d").await, ["d/a"]);
+    assert_eq!(counted.counts().list, 1);
+}
+
+#[tokio::test]
+async fn versions_on_gets_but_not_on_listings_are_one_version() {
+    let counted = Arc::new(CountingStore::new(CloudMetadata::gcs(InMemory::new())));
+    let url = Url::parse("gs://bucket").unwrap();
+    let caches = caches();
+    let store = CachingObjectStore::new(Arc::clone(&counted), &url, &caches);
+    put(&store, "d/a", b"0123456789").await;
+    assert_eq!(list(&store, "d").await, ["d/a"]);
+    for _ in 0..3 {
+        let got = store.get_ranges(&Path::from("d/a"), &[0..4]).await.unwrap();
+        assert_eq!(&got[0][..], b"0123");
+        assert_eq!(list(&store, "d").await, ["d/a"]);
+    }
+    let c = counted.counts();
+    assert_eq!((c.list, c.get), (1, 1), "one listing, one data GET: {c:?}");
+    assert_eq!(store.cache().stats().version_changes, 0);
+}
+
+#[tokio::test]
+async fn failed_requests_are_not_cached() {
+    let (store, counted, faults) = stack();
+    put(&store, "d/a", b"aaaa").await;
+    faults.fail(Op::Head, 1);
+    assert!(store.head(&Path::from("d/a")).await.is_err());
+    assert_eq!(store.head(&Path::from("d/a")).await.unwrap().size, 4);
+
+    faults.fail(Op::List, 1);
+    let failed: Result<Vec<ObjectMeta>> = store.list(Some(&Path::from("d"))).try_collect().await;
+    assert!(failed.unwrap_err().to_string().contains("injected"));
+    counted.reset();
+    assert_eq!(list(&store, "d").await, ["d/a"]);
+    assert_eq!(
+        counted.counts().list,
+        1,
+        "the failed listing was not cached"
+    );
+
+    faults.fail(Op::List, 1);
+    assert!(
+        store
+            .list_with_delimiter(Some(&Path::from("d")))
+            .await
+            .is_err()
+    );
+    let listed = store
+        .list_with_delimiter(Some(&Path::from("d")))
+        .await
+        .unwrap();
+    assert_eq!(listed.objects.len(), 1);
+
+    faults.fail(Op::Get, 1);
+    assert!(store.get_range(&Path::from("d/a"), 0..4).await.is_err());
+    assert_eq!(
+        &store.get_range(&Path::from("d/a"), 0..4).await.unwrap()[..],
+        b"aaaa"
+    );
+}
+
+#[tokio::test]
+async fn bad_ranges_are_refused_naming_the_file() {
+    let (store, _, _) = stack();
+    put(&store, "f", b"0123456789").await;
+    let path = Path::from("f");
+    store.get_range(&path, 0..4).await.unwrap();
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = 6..2;
+    for bad in [reversed, 5..11] {
+        let err = store.get_ranges(&path, &[bad]).await.unwrap_err();
+        assert!(err.to_string().contains("not within its 10 bytes"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_object_is_reported_and_forgotten() {
+    let (store, _, faults) = stack();
+    put(&store, "gone", b"xx").await;
+    store.head(&Path::from("gone")).await.unwrap();
+    faults.delete(&Path::from("gone")).await.unwrap();
+    let err = store
+        .get_ranges(&Path::from("gone"), &[0..1, 1..2])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let err = store.head(&Path::from("gone")).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotFound { .. }),
+        "the cached entry was dropped: {err}"
+    );
+}

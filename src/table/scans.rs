@@ -1,0 +1,166 @@
+//! [`ScanCaches`]: what a scan needs of a `LakeCache`, and how a Parquet scan of a plan is
+//! given its [`LakeReaderFactory`] (and, in an installed session, its prefetcher).
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::datasource::physical_plan::{
+    FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
+};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::LakeReaderFactory;
+use crate::config::{LakeOptions, Settings};
+use crate::object::StoreKey;
+use crate::prefetch::{PrefetchCounters, Prefetcher, ScanInputs, ScanPlan};
+use crate::store::{Caches, StoreReads};
+
+/// What scans need of a `LakeCache` (which hands it out with `AsRef`): its caches, its
+/// settings, and its prefetch figures. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ScanCaches {
+    pub(crate) caches: Caches,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) counters: Arc<PrefetchCounters>,
+}
+
+impl AsRef<ScanCaches> for ScanCaches {
+    fn as_ref(&self) -> &ScanCaches {
+        self
+    }
+}
+
+impl AsRef<Caches> for ScanCaches {
+    fn as_ref(&self) -> &Caches {
+        &self.caches
+    }
+}
+
+impl ScanCaches {
+    /// The versioned reads of the store `runtime` has for `store_url`: the wrapper's own if it
+    /// is a `CachingObjectStore`, else guarded reads over the store as it is.
+    pub(crate) fn reads(
+        &self,
+        runtime: &RuntimeEnv,
+        store_url: &ObjectStoreUrl,
+    ) -> Result<StoreReads> {
+        let store = runtime.object_store(store_url)?;
+        Ok(self.caches.directory.find(&store).unwrap_or_else(|| {
+            StoreReads::foreign(store, StoreKey::of(store_url.as_ref()), &self.caches)
+        }))
+    }
+
+    /// Gives every Parquet scan of `plan` that uses one of DataFusion's own reader factories
+    /// a [`LakeReaderFactory`]; with `prefetch`, each scan also gets its prefetcher, sized by
+    /// the session's `options` and reserving in `runtime`'s memory pool.
+    pub(crate) fn rewrite(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        options: &ConfigOptions,
+        runtime: &Arc<RuntimeEnv>,
+        prefetch: bool,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        map_parquet_scans(plan, |config, source| {
+            let Some(current) = source.parquet_file_reader_factory() else {
+                return Ok(None);
+            };
+            // Reader factories are not `Any`; DataFusion's own are recognised by type name.
+            // Another product's factory, and encrypted scans (whose readers need decryption
+            // properties the footer loads do not use), are left as they are.
+            let name = type_name(current.as_ref());
+            let ours = name == "CachedParquetFileReaderFactory"
+                || name == "DefaultParquetFileReaderFactory";
+            if !ours || encrypted(source) {
+                return Ok(None);
+            }
+            let reads = self.reads(runtime, &config.object_store_url)?;
+            let prefetcher = match prefetch {
+                true => self.prefetcher(config, source, options, runtime, &reads),
+                false => None,
+            };
+            let factory = LakeReaderFactory::new(reads, self.caches.index.clone(), prefetcher);
+            Ok(Some(Arc::new(factory)))
+        })
+    }
+
+    fn prefetcher(
+        &self,
+        config: &FileScanConfig,
+        source: &ParquetSource,
+        options: &ConfigOptions,
+        runtime: &Arc<RuntimeEnv>,
+        reads: &StoreReads,
+    ) -> Option<Prefetcher> {
+        let settings = options
+            .extensions
+            .get::<LakeOptions>()
+            .map_or(&self.settings.prefetch, |o| &o.settings.prefetch);
+        let inputs = ScanInputs {
+            reads: reads.clone(),
+            index: self.caches.index.clone(),
+            pool: Arc::clone(&runtime.memory_pool),
+            counters: Arc::clone(&self.counters),
+            settings: settings.clone(),
+            metadata_size_hint: options.execution.parquet.metadata_size_hint,
+        };
+        Prefetcher::try_new(ScanPlan::new(config, source, options), inputs)
+    }
+}
+
+/// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces (`Some`), leaving
+/// the rest of the scan (projection, predicate, files) as it was.
+fn map_parquet_scans(
+    plan: Arc<dyn ExecutionPlan>,
+    f: impl Fn(&FileScanConfig, &ParquetSource) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some((config, source)) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(factory) = f(config, source)? else {
+            return Ok(Transformed::no(node));
+        };
+        let source = source.clone().with_parquet_file_reader_factory(factory);
+        let config = FileScanConfigBuilder::from(config.clone())
+            .with_source(Arc::new(source))
+            .build();
+        Ok(Transformed::yes(
+            DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
+        ))
+    })
+    .map(|t| t.data)
+}
+
+/// Whether the scan reads encrypted Parquet.
+fn encrypted(source: &ParquetSource) -> bool {
+    let crypto = &source.table_parquet_options().crypto;
+    crypto.file_decryption.is_some() || crypto.factory_id.is_some()
+}
+
+/// The name a value's `Debug` output starts with (its type, for derived `Debug`), read without
+/// formatting the rest: a factory's `Debug` can print a whole cache.
+fn type_name(value: &dyn std::fmt::Debug) -> String {
+    struct Head(String);
+    impl std::fmt::Write for Head {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            for c in s.chars() {
+                if !(c.is_alphanumeric() || c == '_') {
+                    return Err(std::fmt::Error);
+                }
+                self.0.push(c);
+            }
+            Ok(())
+        }
+    }
+    let mut head = Head(String::new());
+    let _ = std::fmt::write(&mut head, format_args!("{value:?}"));
+    head.0
+}
