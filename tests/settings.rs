@@ -255,3 +255,21 @@ async fn each_shared_cache_has_an_off_switch() {
         );
     }
 }
+
+#[test]
+fn the_configuration_page_lists_every_setting_and_no_other() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
+    for s in datafusion_lakecache::config::SETTINGS {
+        assert!(
+            page.contains(&format!("`{}`", s.key)),
+            "{} is not documented",
+            s.key
+        );
+    }
+    let documented = page.matches("| `lakecache.").count();
+    assert_eq!(documented, datafusion_lakecache::config::SETTINGS.len());
+}

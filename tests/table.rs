@@ -477,3 +477,54 @@ async fn clear_and_invalidate_make_the_next_query_load_again() {
         "the one file the query opens is loaded again"
     );
 }
+
+/// The figure `name` of each `DataSourceExec` line of an `EXPLAIN ANALYZE`, in order.
+fn scan_metric(explain: &[String], name: &str) -> Vec<String> {
+    let key = format!("{name}=");
+    explain
+        .iter()
+        .filter(|line| line.contains("DataSourceExec"))
+        .filter_map(|line| {
+            let at = line.find(&key)? + key.len();
+            let rest = &line[at..];
+            let end = rest.find([',', ']']).unwrap_or(rest.len());
+            Some(rest[..end].to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_keeps_datafusions_own_scan_metrics() {
+    for b in backends("scan_metrics") {
+        b.write(&LakeSpec::small_files(4).with_row_groups_of(1_000))
+            .await;
+        let lake = LakeCache::builder().build().unwrap();
+        let plain = vanilla(&b, b.raw.clone(), false).await;
+        let cached = installed(
+            &b,
+            b.raw.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(false),
+        )
+        .await;
+        for sql in [
+            "SELECT count(*), sum(id) FROM t",
+            "SELECT id, value FROM t WHERE id BETWEEN 1200 AND 1260",
+            "SELECT * FROM t WHERE name = 'name-012345'",
+            "SELECT name FROM t WHERE id % 1000 = 7 ORDER BY name LIMIT 5",
+        ] {
+            let explain = format!("EXPLAIN ANALYZE {sql}");
+            let want = rows(&plain, &explain).await.unwrap();
+            // Twice: cold, then with every cache warm.
+            for run in 0..2 {
+                let got = rows(&cached, &explain).await.unwrap();
+                for metric in ["bytes_scanned", "scan_efficiency_ratio", "output_rows"] {
+                    let (w, g) = (scan_metric(&want, metric), scan_metric(&got, metric));
+                    assert!(!w.is_empty(), "{}: {metric} in {want:?}", b.name);
+                    assert_eq!(g, w, "{} run {run}: {metric} of `{sql}`", b.name);
+                }
+            }
+        }
+    }
+}
