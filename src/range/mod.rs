@@ -114,14 +114,12 @@ impl RangeCache {
             })
             .build();
         let disk = match &config.disk_dir {
-            Some(dir) => Some(Arc::new(DiskTier::open(dir, config.disk_bytes).map_err(
-                |e| {
-                    DataFusionError::Configuration(format!(
-                        "lakecache.range.disk_dir: cannot use {} for the disk tier: {e}",
-                        dir.display()
-                    ))
-                },
-            )?)),
+            Some(dir) => Some(DiskTier::shared(dir, config.disk_bytes).map_err(|e| {
+                DataFusionError::Configuration(format!(
+                    "lakecache.range.disk_dir: cannot use {} for the disk tier: {e}",
+                    dir.display()
+                ))
+            })?),
             None => None,
         };
         Ok(Self {

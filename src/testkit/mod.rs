@@ -48,14 +48,14 @@ async fn get_ranges_per_request(
     .await
 }
 
-/// Flips one byte of every file in the subdirectories of `dir` (the layout of the range
-/// cache's disk tier), at `at(file length)`: disk rot, or another program's writes. Returns
-/// how many files it changed.
+/// Flips one byte of every entry file of the range cache's disk tier in `dir` (its files are
+/// in `lakecache-ranges/<object>/`), at `at(file length)`: disk rot, or another program's
+/// writes. Returns how many files it changed.
 pub fn corrupt_files_below(dir: &FsPath, at: impl Fn(usize) -> usize) -> std::io::Result<usize> {
     let mut changed = 0;
-    for sub in std::fs::read_dir(dir)? {
+    for sub in std::fs::read_dir(dir.join("lakecache-ranges"))? {
         let sub = sub?.path();
-        if !sub.is_dir() {
+        if !sub.is_dir() || sub.ends_with("tmp") {
             continue;
         }
         for file in std::fs::read_dir(&sub)? {

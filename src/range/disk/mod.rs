@@ -1,42 +1,23 @@
 //! [`DiskTier`]: ranges kept as files in a local directory, so a new process (or a memory
-//! tier that let them go) reads them without a request.
-//!
-//! Each entry is one file, `<object>-<version>-<start>-<len>.range` under a subdirectory
-//! named by the object's hash. The name lets a restarted process rebuild its index with one
-//! directory walk, without opening a file; the header inside names the object version in full
-//! and carries a checksum of the bytes, so a hash collision, a torn write or a flipped bit is
-//! a miss (and the file is deleted), never wrong bytes.
-//!
-//! Layout of an entry file: `LKRANGE1`, checksum (u64, XXH64 of the bytes), the length of the
-//! version text (u32), the version text, start (u64), length (u64), then the bytes; integers
-//! little-endian. Files are written under a temporary name and renamed into place, so a
-//! reader never sees a half-written entry.
+//! tier that let them go) reads them without a request. Which ranges it holds, their
+//! eviction order (least recently used first) and its byte bound live here; the files
+//! themselves, and what the tier may touch on disk, in `files.rs`.
+
+mod files;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs;
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
 use twox_hash::XxHash64;
 
 use super::spans::{Piece, Spans};
 use crate::object::{ObjectId, ObjectVersion};
-
-const MAGIC: &[u8; 8] = b"LKRANGE1";
-const SUFFIX: &str = "range";
-const TEMP_DIR: &str = "tmp";
-
-/// Where one entry lives: hashes of its object and version, and its range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct EntryId {
-    object: u64,
-    version: u64,
-    start: u64,
-}
+use files::{EntryId, TierDir, decode, encode};
 
 #[derive(Debug)]
 struct Entry {
@@ -75,7 +56,7 @@ pub(crate) struct DiskCounters {
 /// Ranges on local disk, bounded in bytes (least recently used go first).
 #[derive(Debug)]
 pub(crate) struct DiskTier {
-    dir: PathBuf,
+    dir: TierDir,
     capacity: u64,
     state: Mutex<State>,
     pub(crate) counters: DiskCounters,
@@ -94,42 +75,52 @@ fn ids(object: &ObjectVersion) -> (u64, u64) {
 }
 
 impl DiskTier {
-    /// Opens (creating if needed) the tier in `dir`, indexing the entries a previous process
-    /// left there and trimming them to `capacity`.
+    /// The tier below `dir`: the one this process has open there already (every `LakeCache`
+    /// of a process on one directory shares it; they must agree on its capacity), else
+    /// opened now. Another process's tier on the same directory is refused.
+    pub(crate) fn shared(dir: &Path, capacity: u64) -> io::Result<Arc<Self>> {
+        static OPEN: Mutex<Vec<(PathBuf, Weak<DiskTier>)>> = Mutex::new(Vec::new());
+        let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, t)| t.strong_count() > 0);
+        if let Some(tier) = open
+            .iter()
+            .find(|(p, _)| p == &key)
+            .and_then(|(_, t)| t.upgrade())
+        {
+            if tier.capacity != capacity {
+                return Err(io::Error::other(format!(
+                    "{} is open in this process with a capacity of {} bytes, not {capacity}",
+                    dir.display(),
+                    tier.capacity
+                )));
+            }
+            return Ok(tier);
+        }
+        let tier = Arc::new(Self::open(dir, capacity)?);
+        let key = std::fs::canonicalize(dir).unwrap_or(key);
+        open.push((key, Arc::downgrade(&tier)));
+        Ok(tier)
+    }
+
+    /// Opens (creating if needed) the tier below `dir`, indexing the entries a previous
+    /// process left there and trimming them to `capacity`.
     pub(crate) fn open(dir: &Path, capacity: u64) -> io::Result<Self> {
-        fs::create_dir_all(dir.join(TEMP_DIR))?;
-        // Writes a previous process did not finish.
-        for temp in fs::read_dir(dir.join(TEMP_DIR))? {
-            let _ = fs::remove_file(temp?.path());
-        }
-        let mut found = Vec::new();
-        for sub in fs::read_dir(dir)? {
-            let sub = sub?;
-            if !sub.file_type()?.is_dir() || sub.file_name() == TEMP_DIR {
-                continue;
-            }
-            for file in fs::read_dir(sub.path())? {
-                let file = file?;
-                let Some((id, len)) = parse_name(&file.file_name().to_string_lossy()) else {
-                    continue;
-                };
-                let meta = file.metadata()?;
-                let used = meta.modified().ok();
-                found.push((used, id, len, meta.len()));
-            }
-        }
+        let dir = TierDir::open(dir)?;
+        let mut found = dir.scan()?;
         // Oldest first, so the order of the previous process is kept as well as it can be.
-        found.sort_by_key(|(used, ..)| *used);
+        found.sort_by_key(|f| f.used);
         let tier = Self {
-            dir: dir.to_path_buf(),
+            dir,
             capacity,
             state: Mutex::new(State::default()),
             counters: DiskCounters::default(),
         };
         {
             let mut state = tier.lock();
-            for (_, id, len, file_bytes) in found {
-                tier.index(&mut state, id, id.start + len, file_bytes);
+            for f in found {
+                // Names are checked to have `start + len` in range.
+                tier.index(&mut state, f.id, f.id.start + f.len, f.file_bytes);
             }
             tier.trim(&mut state);
         }
@@ -140,16 +131,14 @@ impl DiskTier {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn file(&self, id: EntryId, len: u64) -> PathBuf {
-        self.dir.join(format!("{:016x}", id.object)).join(format!(
-            "{:016x}-{:016x}-{}-{}.{SUFFIX}",
-            id.object, id.version, id.start, len
-        ))
-    }
-
     fn index(&self, state: &mut State, id: EntryId, end: u64, file_bytes: u64) {
-        if state.entries.contains_key(&id) {
+        if let Some(old) = state.entries.get(&id) {
+            // A longer range at the same start has another file: the shorter one goes.
+            let old_end = old.end;
             self.forget(state, id);
+            if old_end != end {
+                self.dir.remove(id, old_end - id.start);
+            }
         }
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -174,7 +163,7 @@ impl DiskTier {
     /// Forgets an entry and deletes its file.
     fn drop_entry(&self, state: &mut State, id: EntryId) {
         if let Some(entry) = self.forget(state, id) {
-            let _ = fs::remove_file(self.file(id, entry.end - id.start));
+            self.dir.remove(id, entry.end - id.start);
         }
     }
 
@@ -253,9 +242,9 @@ impl DiskTier {
             version: v,
             start: held.start,
         };
-        let file = self.file(id, held.end - held.start);
-        let checked = fs::read(&file)
-            .ok()
+        let checked = self
+            .dir
+            .read(id, held.end - held.start)
             .and_then(|raw| decode(raw, &object.canonical(), held.clone()));
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -296,20 +285,11 @@ impl DiskTier {
             return;
         }
         let encoded = encode(&object.canonical(), start, bytes);
-        let file = self.file(id, bytes.len() as u64);
-        let temp = self.dir.join(TEMP_DIR).join(format!(
-            "{:016x}-{:016x}-{start}-{}",
-            o,
-            v,
-            std::process::id()
-        ));
-        let written = file
-            .parent()
-            .map_or(Ok(()), fs::create_dir_all)
-            .and_then(|()| fs::write(&temp, &encoded))
-            .and_then(|()| fs::rename(&temp, &file));
-        if written.is_err() {
-            let _ = fs::remove_file(&temp);
+        if let Err(e) = self.dir.write(id, bytes.len() as u64, &encoded) {
+            log::warn!(
+                "range cache: writing a range to {} failed ({e}); it stays in memory only",
+                self.dir.root().display()
+            );
             self.counters.write_errors.fetch_add(1, Relaxed);
             return;
         }
@@ -360,139 +340,5 @@ impl DiskTier {
     }
 }
 
-fn parse_name(name: &str) -> Option<(EntryId, u64)> {
-    let stem = name.strip_suffix(SUFFIX)?.strip_suffix('.')?;
-    let mut parts = stem.split('-');
-    let object = u64::from_str_radix(parts.next()?, 16).ok()?;
-    let version = u64::from_str_radix(parts.next()?, 16).ok()?;
-    let start = parts.next()?.parse().ok()?;
-    let len = parts.next()?.parse().ok()?;
-    if parts.next().is_some() {
-        return None;
-    }
-    let id = EntryId {
-        object,
-        version,
-        start,
-    };
-    Some((id, len))
-}
-
-fn encode(version: &str, start: u64, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(36 + version.len() + bytes.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&XxHash64::oneshot(0, bytes).to_le_bytes());
-    out.extend_from_slice(&(version.len() as u32).to_le_bytes());
-    out.extend_from_slice(version.as_bytes());
-    out.extend_from_slice(&start.to_le_bytes());
-    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-    out.extend_from_slice(bytes);
-    out
-}
-
-/// The bytes of an entry file if it is whole, names `version` and `range`, and its bytes
-/// match their checksum.
-fn decode(raw: Vec<u8>, version: &str, range: Range<u64>) -> Option<Bytes> {
-    fn take<'a>(raw: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
-        let field = raw.get(*at..at.checked_add(n)?)?;
-        *at += n;
-        Some(field)
-    }
-    let u64_at = |raw: &[u8], at: &mut usize| {
-        take(raw, at, 8).and_then(|b| b.try_into().ok().map(u64::from_le_bytes))
-    };
-    let mut at = 0;
-    if take(&raw, &mut at, 8)? != MAGIC {
-        return None;
-    }
-    let checksum = u64_at(&raw, &mut at)?;
-    let name_len = u32::from_le_bytes(take(&raw, &mut at, 4)?.try_into().ok()?) as usize;
-    if take(&raw, &mut at, name_len)? != version.as_bytes() {
-        return None;
-    }
-    let start = u64_at(&raw, &mut at)?;
-    let len = u64_at(&raw, &mut at)?;
-    if start != range.start || start.checked_add(len)? != range.end {
-        return None;
-    }
-    if (raw.len() - at) as u64 != len || XxHash64::oneshot(0, &raw[at..]) != checksum {
-        return None;
-    }
-    Some(Bytes::from(raw).slice(at..))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use object_store::ObjectMeta;
-
-    fn version(path: &str, e_tag: &str) -> ObjectVersion {
-        let meta = ObjectMeta {
-            location: path.into(),
-            last_modified: chrono::DateTime::UNIX_EPOCH,
-            size: 1000,
-            e_tag: Some(e_tag.into()),
-            version: None,
-        };
-        let store = crate::object::StoreKey::of(&url::Url::parse("s3://bucket").unwrap());
-        ObjectVersion::new(store, &meta)
-    }
-
-    #[test]
-    fn entries_survive_a_restart_for_the_same_version_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let v1 = version("a.parquet", "1");
-        {
-            let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
-            tier.write(&v1, 100, &Bytes::from_static(b"hello"));
-        }
-        let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        assert!(tier.spans(&v1).unwrap().covers(100..105));
-        assert_eq!(tier.read(&v1, 100..105).unwrap(), "hello");
-        assert!(tier.spans(&version("a.parquet", "2")).is_none());
-        assert!(tier.read(&version("a.parquet", "2"), 100..105).is_none());
-    }
-
-    #[test]
-    fn a_corrupted_entry_is_a_miss_and_is_deleted() {
-        let dir = tempfile::tempdir().unwrap();
-        let v1 = version("a.parquet", "1");
-        let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
-        tier.write(&v1, 0, &Bytes::from(vec![7u8; 4096]));
-        let (o, v) = ids(&v1);
-        let file = tier.file(
-            EntryId {
-                object: o,
-                version: v,
-                start: 0,
-            },
-            4096,
-        );
-        let mut raw = fs::read(&file).unwrap();
-        let last = raw.len() - 1;
-        raw[last] ^= 1;
-        fs::write(&file, raw).unwrap();
-        assert!(tier.read(&v1, 0..4096).is_none());
-        assert_eq!(tier.counters.corrupt.load(Relaxed), 1);
-        assert!(!file.exists());
-        assert!(tier.spans(&v1).is_none());
-    }
-
-    #[test]
-    fn the_least_recently_used_entries_go_when_over_capacity() {
-        let dir = tempfile::tempdir().unwrap();
-        let tier = DiskTier::open(dir.path(), 10_000).unwrap();
-        let v = version("a.parquet", "1");
-        let chunk = Bytes::from(vec![1u8; 3000]);
-        tier.write(&v, 0, &chunk);
-        tier.write(&v, 3000, &chunk);
-        assert!(tier.read(&v, 0..3000).is_some());
-        tier.write(&v, 6000, &chunk);
-        tier.write(&v, 9000, &chunk);
-        let spans = tier.spans(&v).unwrap();
-        assert!(spans.covers(0..3000), "read recently, kept");
-        assert!(!spans.covers(3000..6000), "least recently used, evicted");
-        assert!(tier.size().1 <= 10_000);
-        assert!(tier.counters.evictions.load(Relaxed) >= 1);
-    }
-}
+mod tests;

@@ -1,0 +1,314 @@
+//! The disk tier's files: the one directory it owns, how entries are named, written and
+//! read, and what it will not touch.
+//!
+//! The tier lives in `<disk_dir>/lakecache-ranges/`, created private to the user (0700, files
+//! 0600), with a `FORMAT` marker naming the layout and a `LOCK` file held with an advisory
+//! lock for as long as the tier is open: a second process on the same directory is refused
+//! with an error naming it, rather than delete the first one's writes and double the space
+//! used. Nothing outside that directory is read, written or deleted; inside it, only names of
+//! its own layout are (an object directory of 16 hex digits, an entry name, a temporary
+//! `w-*` file), and symbolic links are never followed.
+//!
+//! Each entry is one file, `<object>/<object>-<version>-<start>-<len>.range`, written under a
+//! random temporary name (created exclusively, not following links) and renamed into place,
+//! so a reader never sees a half-written entry. The name lets a restarted process rebuild
+//! its index from one directory walk; the header inside names the object version in full and
+//! carries a checksum of the bytes, so a hash collision, a torn write or a flipped bit is a
+//! miss (and the file is deleted), never wrong bytes.
+//!
+//! Layout of an entry file: `LKRANGE1`, checksum (u64, XXH64 of the bytes), the length of the
+//! version text (u32), the version text, start (u64), length (u64), then the bytes; integers
+//! little-endian.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::ops::Range;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use twox_hash::XxHash64;
+
+/// The directory the tier owns, below the configured one.
+const ROOT: &str = "lakecache-ranges";
+const MARKER: &str = "FORMAT";
+const MARKER_TEXT: &str = "lakecache range cache, entry format LKRANGE1\n";
+const LOCK: &str = "LOCK";
+const TEMP_DIR: &str = "tmp";
+const TEMP_PREFIX: &str = "w-";
+const MAGIC: &[u8; 8] = b"LKRANGE1";
+const SUFFIX: &str = ".range";
+
+/// Where one entry lives: hashes of its object and version, and its range's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct EntryId {
+    pub object: u64,
+    pub version: u64,
+    pub start: u64,
+}
+
+/// An entry file found when the tier opened.
+pub(super) struct Found {
+    pub id: EntryId,
+    pub len: u64,
+    pub file_bytes: u64,
+    pub used: Option<SystemTime>,
+}
+
+/// The tier's own directory, locked for this process.
+#[derive(Debug)]
+pub(super) struct TierDir {
+    root: PathBuf,
+    /// Holds the advisory lock while the tier is open.
+    _lock: File,
+    next_temp: AtomicU64,
+}
+
+impl TierDir {
+    /// Opens (creating if needed) the tier below `dir`; refuses a directory that is not one
+    /// of its own, or that another process has open.
+    pub(super) fn open(dir: &Path) -> io::Result<Self> {
+        let root = dir.join(ROOT);
+        private_dir(&root)?;
+        let marker = root.join(MARKER);
+        match read_no_follow(&marker) {
+            Ok(text) if text == MARKER_TEXT.as_bytes() => {}
+            Ok(_) => {
+                return Err(refused(
+                    &root,
+                    "it holds another layout (see its FORMAT file)",
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if fs::read_dir(&root)?.next().is_some() {
+                    return Err(refused(
+                        &root,
+                        "it has files but no FORMAT marker of this cache",
+                    ));
+                }
+                write_new(&marker, MARKER_TEXT.as_bytes())?;
+            }
+            Err(e) => return Err(e),
+        }
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(root.join(LOCK))?;
+        // SAFETY: flock only reads the descriptor, which `lock` keeps open.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(refused(&root, "another process has it open"));
+        }
+        private_dir(&root.join(TEMP_DIR))?;
+        Ok(Self {
+            root,
+            _lock: lock,
+            next_temp: AtomicU64::new(0),
+        })
+    }
+
+    /// The tier's directory.
+    pub(super) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Every entry file the tier holds, after removing the temporary files of a process that
+    /// did not finish its writes (the lock says no other process is writing). Files that
+    /// vanish or are not of the tier's layout are passed over.
+    pub(super) fn scan(&self) -> io::Result<Vec<Found>> {
+        for temp in fs::read_dir(self.root.join(TEMP_DIR))?.flatten() {
+            let name = temp.file_name();
+            let ours = name.to_string_lossy().starts_with(TEMP_PREFIX);
+            if ours && temp.file_type().is_ok_and(|t| t.is_file()) {
+                let _ = fs::remove_file(temp.path());
+            }
+        }
+        let mut found = Vec::new();
+        for sub in fs::read_dir(&self.root)?.flatten() {
+            let is_dir = sub.file_type().is_ok_and(|t| t.is_dir());
+            let name = sub.file_name().to_string_lossy().into_owned();
+            if !is_dir || !is_object_dir(&name) {
+                continue;
+            }
+            let Ok(files) = fs::read_dir(sub.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let Some((id, len)) = parse_name(&file.file_name().to_string_lossy()) else {
+                    continue;
+                };
+                // Not `metadata()`: it follows links, and a file may vanish meanwhile.
+                let Ok(meta) = fs::symlink_metadata(file.path()) else {
+                    continue;
+                };
+                if meta.is_file() {
+                    let used = meta.modified().ok();
+                    let file_bytes = meta.len();
+                    found.push(Found {
+                        id,
+                        len,
+                        file_bytes,
+                        used,
+                    });
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The file of entry `id` holding `len` bytes.
+    pub(super) fn entry_path(&self, id: EntryId, len: u64) -> PathBuf {
+        self.root.join(format!("{:016x}", id.object)).join(format!(
+            "{:016x}-{:016x}-{}-{}{SUFFIX}",
+            id.object, id.version, id.start, len
+        ))
+    }
+
+    /// Writes `encoded` as the file of entry `id` (`len` bytes of data): to a new temporary
+    /// file, then renamed into place.
+    pub(super) fn write(&self, id: EntryId, len: u64, encoded: &[u8]) -> io::Result<()> {
+        let path = self.entry_path(id, len);
+        if let Some(parent) = path.parent() {
+            private_dir(parent)?;
+        }
+        let n = self.next_temp.fetch_add(1, Relaxed);
+        let nonce = XxHash64::oneshot(n, format!("{:?}", SystemTime::now()).as_bytes());
+        let temp = self.root.join(TEMP_DIR).join(format!(
+            "{TEMP_PREFIX}{}-{n}-{nonce:016x}",
+            std::process::id()
+        ));
+        let written = write_new(&temp, encoded).and_then(|()| fs::rename(&temp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        written
+    }
+
+    /// The raw bytes of an entry file, if it is there (not following links).
+    pub(super) fn read(&self, id: EntryId, len: u64) -> Option<Vec<u8>> {
+        read_no_follow(&self.entry_path(id, len)).ok()
+    }
+
+    /// Deletes an entry file (a link in its place is removed, not followed).
+    pub(super) fn remove(&self, id: EntryId, len: u64) {
+        let _ = fs::remove_file(self.entry_path(id, len));
+    }
+}
+
+fn refused(root: &Path, why: &str) -> io::Error {
+    io::Error::other(format!(
+        "{} is not usable as a disk tier: {why}",
+        root.display()
+    ))
+}
+
+/// Creates `dir` (0700) if missing, and checks it is a directory, not a link to one.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory (a link or a file)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates `path` (0600), failing if anything is there already, link or file.
+fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+fn read_no_follow(path: &Path) -> io::Result<Vec<u8>> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut raw = Vec::new();
+    file.read_to_end(&mut raw)?;
+    Ok(raw)
+}
+
+fn is_object_dir(name: &str) -> bool {
+    name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The entry a file name names, if it is one of the tier's and its range is sane.
+pub(super) fn parse_name(name: &str) -> Option<(EntryId, u64)> {
+    let stem = name.strip_suffix(SUFFIX)?;
+    let mut parts = stem.split('-');
+    let object = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let version = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let start: u64 = parts.next()?.parse().ok()?;
+    let len: u64 = parts.next()?.parse().ok()?;
+    if parts.next().is_some() || len == 0 || start.checked_add(len).is_none() {
+        return None;
+    }
+    let id = EntryId {
+        object,
+        version,
+        start,
+    };
+    Some((id, len))
+}
+
+/// An entry file's contents: header and bytes.
+pub(super) fn encode(version: &str, start: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(36 + version.len() + bytes.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&XxHash64::oneshot(0, bytes).to_le_bytes());
+    out.extend_from_slice(&(version.len() as u32).to_le_bytes());
+    out.extend_from_slice(version.as_bytes());
+    out.extend_from_slice(&start.to_le_bytes());
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// The bytes of an entry file if it is whole, names `version` and `range`, and its bytes
+/// match their checksum.
+pub(super) fn decode(raw: Vec<u8>, version: &str, range: Range<u64>) -> Option<Bytes> {
+    fn take<'a>(raw: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
+        let field = raw.get(*at..at.checked_add(n)?)?;
+        *at += n;
+        Some(field)
+    }
+    let u64_at = |raw: &[u8], at: &mut usize| {
+        take(raw, at, 8).and_then(|b| b.try_into().ok().map(u64::from_le_bytes))
+    };
+    let mut at = 0;
+    if take(&raw, &mut at, 8)? != MAGIC {
+        return None;
+    }
+    let checksum = u64_at(&raw, &mut at)?;
+    let name_len = u32::from_le_bytes(take(&raw, &mut at, 4)?.try_into().ok()?) as usize;
+    if take(&raw, &mut at, name_len)? != version.as_bytes() {
+        return None;
+    }
+    let start = u64_at(&raw, &mut at)?;
+    let len = u64_at(&raw, &mut at)?;
+    if start != range.start || start.checked_add(len)? != range.end {
+        return None;
+    }
+    if (raw.len() - at) as u64 != len || XxHash64::oneshot(0, &raw[at..]) != checksum {
+        return None;
+    }
+    Some(Bytes::from(raw).slice(at..))
+}

@@ -1,0 +1,228 @@
+use super::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use object_store::ObjectMeta;
+
+fn version(path: &str, e_tag: &str) -> ObjectVersion {
+    let meta = ObjectMeta {
+        location: path.into(),
+        last_modified: chrono::DateTime::UNIX_EPOCH,
+        size: 1000,
+        e_tag: Some(e_tag.into()),
+        version: None,
+    };
+    let store = crate::object::StoreKey::of(&url::Url::parse("s3://bucket").unwrap());
+    ObjectVersion::new(store, &meta)
+}
+
+#[test]
+fn entries_survive_a_restart_for_the_same_version_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = version("a.parquet", "1");
+    {
+        let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        tier.write(&v1, 100, &Bytes::from_static(b"hello"));
+    }
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    assert!(tier.spans(&v1).unwrap().covers(100..105));
+    assert_eq!(tier.read(&v1, 100..105).unwrap(), "hello");
+    assert!(tier.spans(&version("a.parquet", "2")).is_none());
+    assert!(tier.read(&version("a.parquet", "2"), 100..105).is_none());
+}
+
+#[test]
+fn a_corrupted_entry_is_a_miss_and_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = version("a.parquet", "1");
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    tier.write(&v1, 0, &Bytes::from(vec![7u8; 4096]));
+    let (o, v) = ids(&v1);
+    let file = tier.dir.entry_path(
+        EntryId {
+            object: o,
+            version: v,
+            start: 0,
+        },
+        4096,
+    );
+    let mut raw = std::fs::read(&file).unwrap();
+    let last = raw.len() - 1;
+    raw[last] ^= 1;
+    std::fs::write(&file, raw).unwrap();
+    assert!(tier.read(&v1, 0..4096).is_none());
+    assert_eq!(tier.counters.corrupt.load(Relaxed), 1);
+    assert!(!file.exists());
+    assert!(tier.spans(&v1).is_none());
+}
+
+#[test]
+fn the_least_recently_used_entries_go_when_over_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 10_000).unwrap();
+    let v = version("a.parquet", "1");
+    let chunk = Bytes::from(vec![1u8; 3000]);
+    tier.write(&v, 0, &chunk);
+    tier.write(&v, 3000, &chunk);
+    assert!(tier.read(&v, 0..3000).is_some());
+    tier.write(&v, 6000, &chunk);
+    tier.write(&v, 9000, &chunk);
+    let spans = tier.spans(&v).unwrap();
+    assert!(spans.covers(0..3000), "read recently, kept");
+    assert!(!spans.covers(3000..6000), "least recently used, evicted");
+    assert!(tier.size().1 <= 10_000);
+    assert!(tier.counters.evictions.load(Relaxed) >= 1);
+}
+
+/// Every file below `dir`, as paths relative to it.
+fn files_below(dir: &std::path::Path) -> Vec<String> {
+    let mut all = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else {
+                all.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    all.sort();
+    all
+}
+
+#[test]
+fn opening_touches_nothing_but_its_own_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    // What a disk_dir of /var holds: other programs' files, a `tmp` of theirs, a link.
+    let elsewhere = tempfile::tempdir().unwrap();
+    fs::write(elsewhere.path().join("precious"), b"keep me").unwrap();
+    fs::create_dir_all(dir.path().join("tmp")).unwrap();
+    fs::write(dir.path().join("tmp/session.sock"), b"x").unwrap();
+    fs::create_dir_all(dir.path().join("0123456789abcdef")).unwrap();
+    fs::write(dir.path().join("0123456789abcdef/notes.range"), b"x").unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("link")).unwrap();
+    let before = files_below(dir.path());
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    tier.write(&version("a.parquet", "1"), 0, &Bytes::from_static(b"hello"));
+    drop(tier);
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    tier.clear();
+    let after: Vec<String> = files_below(dir.path())
+        .into_iter()
+        .filter(|f| !f.starts_with("lakecache-ranges/"))
+        .collect();
+    assert_eq!(after, before, "nothing outside its own directory changed");
+    assert_eq!(
+        fs::read(elsewhere.path().join("precious")).unwrap(),
+        b"keep me"
+    );
+}
+
+#[test]
+fn its_directories_and_files_are_private_to_the_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let v = version("a.parquet", "1");
+    tier.write(&v, 0, &Bytes::from_static(b"secret rows"));
+    let root = tier.dir.root().to_path_buf();
+    let mode = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&root), 0o700);
+    let (o, vh) = ids(&v);
+    let entry = tier.dir.entry_path(
+        EntryId {
+            object: o,
+            version: vh,
+            start: 0,
+        },
+        11,
+    );
+    assert_eq!(mode(entry.parent().unwrap()), 0o700);
+    assert_eq!(mode(&entry), 0o600);
+}
+
+#[test]
+fn a_directory_of_something_else_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("lakecache-ranges");
+    fs::create_dir_all(&root).unwrap();
+    fs::write(root.join("report.csv"), b"a,b").unwrap();
+    let err = DiskTier::open(dir.path(), 1 << 20).unwrap_err();
+    assert!(err.to_string().contains("lakecache-ranges"), "{err}");
+    assert!(root.join("report.csv").exists());
+}
+
+#[test]
+fn a_second_opener_of_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let err = DiskTier::open(dir.path(), 1 << 20).unwrap_err();
+    assert!(err.to_string().contains("another process"), "{err}");
+    drop(first);
+    DiskTier::open(dir.path(), 1 << 20).expect("free once the first is closed");
+}
+
+#[test]
+fn links_and_odd_names_in_its_directory_are_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("a.parquet", "1");
+    let root = {
+        let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        tier.write(&v, 0, &Bytes::from_static(b"hello"));
+        tier.dir.root().to_path_buf()
+    };
+    let (o, vh) = ids(&v);
+    let sub = root.join(format!("{o:016x}"));
+    // A dangling link with an entry's name (a file that vanished), an offset that overflows,
+    // and a temporary file that is a link to a file elsewhere.
+    std::os::unix::fs::symlink(
+        "/nonexistent",
+        sub.join(format!("{o:016x}-{vh:016x}-9-5.range")),
+    )
+    .unwrap();
+    fs::write(
+        sub.join(format!("{o:016x}-{vh:016x}-18446744073709551615-10.range")),
+        b"x",
+    )
+    .unwrap();
+    let elsewhere = tempfile::NamedTempFile::new().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), root.join("tmp/w-1-2-3")).unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(tier.size().0, 1, "only the real entry");
+    assert_eq!(tier.read(&v, 0..5).unwrap(), "hello");
+    assert!(elsewhere.path().exists(), "a link's target is not deleted");
+}
+
+#[test]
+fn a_longer_range_at_the_same_start_replaces_the_shorter_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let v = version("a.parquet", "1");
+    tier.write(&v, 0, &Bytes::from(vec![1u8; 100]));
+    tier.write(&v, 0, &Bytes::from(vec![1u8; 300]));
+    let (entries, bytes) = tier.size();
+    assert_eq!(entries, 1);
+    let files: Vec<String> = files_below(tier.dir.root())
+        .into_iter()
+        .filter(|f| f.ends_with(".range"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let on_disk: u64 = files
+        .iter()
+        .map(|f| fs::metadata(tier.dir.root().join(f)).unwrap().len())
+        .sum();
+    assert_eq!(on_disk, bytes, "what is counted is what is on disk");
+}
+
+#[test]
+fn caches_of_one_process_share_the_tier_of_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = DiskTier::shared(dir.path(), 1 << 20).unwrap();
+    let b = DiskTier::shared(dir.path(), 1 << 20).unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    let err = DiskTier::shared(dir.path(), 2 << 20).unwrap_err();
+    assert!(err.to_string().contains("capacity"), "{err}");
+    drop((a, b));
+    DiskTier::shared(dir.path(), 2 << 20).expect("closed when the last user went");
+}
