@@ -9,7 +9,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::cache::TableScopedPath;
 use datafusion::execution::cache::cache_manager::{
-    CacheManagerConfig, CachedFileMetadata, DEFAULT_FILE_STATISTICS_MEMORY_LIMIT,
+    CacheManagerConfig, CachedFileMetadata, CachedFileMetadataEntry,
+    DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
 };
 use datafusion::execution::cache::default_cache::DefaultCache;
 use object_store::path::Path;
@@ -81,8 +82,9 @@ impl LakeCache {
     /// Makes the session built from `builder` use this cache:
     /// - every object store of its runtime is wrapped in a
     ///   [`CachingObjectStore`](crate::CachingObjectStore) (handle and range caching);
-    /// - the index cache is DataFusion's `FileMetadataCache`, and DataFusion's listings last
-    ///   no longer than the listing TTL;
+    /// - DataFusion's own footer and statistics caches are the session's, checked against the
+    ///   versions the handle cache knows, and its listings are cached by the wrapper (shared
+    ///   entries are served only for objects the session's own store has shown it can read);
     /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
     ///   [`LakeTable`](crate::LakeTable)s;
     /// - the `lakecache.*` settings are registered: `SET` and `SHOW ALL`;
@@ -111,9 +113,7 @@ impl LakeCache {
     /// ```
     pub fn install(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
         let source: Arc<dyn StatsSource> = Arc::new(self.clone());
-        // Listings are cached (and dropped when a version changes) by the store wrapper.
-        let caches = self.cache_manager_config().with_list_files_cache_limit(0);
-        crate::sql::install(builder, &self.scans, caches, source)
+        crate::sql::install(builder, &self.scans, self.session_caches(), source)
     }
 
     /// DataFusion's cache configuration with the index cache as its `FileMetadataCache`, so
@@ -136,15 +136,28 @@ impl LakeCache {
         let list_ttl = settings.handle.list_ttl;
         let handles = self.handles();
         let footers = CheckedCache::new(Arc::new(self.index().clone()), handles);
-        let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
-            DefaultCache::new(DEFAULT_FILE_STATISTICS_MEMORY_LIMIT)
-                .with_name("DefaultFileStatisticsCache");
-        let statistics = CheckedCache::new(Arc::new(statistics), handles);
         CacheManagerConfig::default()
             .with_file_metadata_cache(Some(Arc::new(footers)))
             .with_metadata_cache_limit(settings.index.capacity_bytes as usize)
-            .with_file_statistics_cache(Some(Arc::new(statistics)))
+            .with_file_statistics_cache(Some(Arc::new(statistics(handles))))
             .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
+    }
+
+    /// DataFusion's own caches for one installed session. Its scans read footers, page
+    /// indexes, bloom filters and bytes from the shared caches, by object version, once the
+    /// session's store has shown it can read them; what DataFusion's planning caches is keyed
+    /// by path alone, with no store to prove access, so it stays the session's own (as in
+    /// plain DataFusion), checked against known versions. Listings are cached (and dropped
+    /// when a version changes) by the store wrapper, so DataFusion's listing cache is off.
+    fn session_caches(&self) -> CacheManagerConfig {
+        let handles = self.handles();
+        let footers: DefaultCache<Path, CachedFileMetadataEntry> =
+            DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("DefaultFileMetadataCache");
+        let footers = CheckedCache::new(Arc::new(footers), handles);
+        CacheManagerConfig::default()
+            .with_file_metadata_cache(Some(Arc::new(footers)))
+            .with_file_statistics_cache(Some(Arc::new(statistics(handles))))
+            .with_list_files_cache_limit(0)
     }
 
     /// A snapshot of every cache's figures.
@@ -173,6 +186,14 @@ impl LakeCache {
         self.index().clear();
         self.ranges().clear();
     }
+}
+
+/// DataFusion's statistics cache, checked against the versions `handles` knows.
+fn statistics(handles: &HandleCache) -> CheckedCache<TableScopedPath, CachedFileMetadata> {
+    let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
+        DefaultCache::new(DEFAULT_FILE_STATISTICS_MEMORY_LIMIT)
+            .with_name("DefaultFileStatisticsCache");
+    CheckedCache::new(Arc::new(statistics), handles)
 }
 
 impl StatsSource for LakeCache {

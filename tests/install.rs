@@ -70,8 +70,9 @@ async fn installed_sessions_use_lake_tables_and_cached_stores() {
         }
         let stats = lake.stats();
         assert_eq!(
-            stats.index.footer_loads, 8,
-            "4 files: planning's decode and LakeTable's reuse of it"
+            stats.index.footer_loads, 4,
+            "4 files, loaded once for both sessions' scans (DataFusion's planning keeps its \
+             own footers per session)"
         );
         assert!(stats.handles.listings.hits > 0);
     }

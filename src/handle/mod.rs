@@ -184,9 +184,10 @@ impl HandleCache {
         &self.inner.files
     }
 
-    /// The cached metadata of `id`, counted as a lookup.
-    pub(crate) fn meta(&self, id: &ObjectId) -> Option<ObjectMeta> {
-        let found = self.inner.metas.get(id);
+    /// The cached metadata of `id`, counted as a lookup; a miss without looking when the
+    /// asker may not be served it (its store has not shown it can read the object).
+    pub(crate) fn meta(&self, id: &ObjectId, allowed: bool) -> Option<ObjectMeta> {
+        let found = allowed.then(|| self.inner.metas.get(id)).flatten();
         match &found {
             Some(_) => self.inner.meta_counters.hit(),
             None => self.inner.meta_counters.miss(),
@@ -254,8 +255,10 @@ impl HandleCache {
         self.inner.version_changes.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn listing(&self, key: &ListKey) -> Option<Arc<Listing>> {
-        let found = self.inner.lists.get(key);
+    /// The cached listing `key`, counted as a lookup; a miss without looking when the asker
+    /// may not be served it (its store has not listed that prefix itself).
+    pub(crate) fn listing(&self, key: &ListKey, allowed: bool) -> Option<Arc<Listing>> {
+        let found = allowed.then(|| self.inner.lists.get(key)).flatten();
         match &found {
             Some(_) => self.inner.list_counters.hit(),
             None => self.inner.list_counters.miss(),

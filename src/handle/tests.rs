@@ -33,7 +33,7 @@ fn capacity_bounds_the_metadata_entries() {
         let m = meta(&format!("f{i}"), i, Some("e"));
         cache.record(&store(), &m);
         // Touch it again so frequency-based admission lets later keys in.
-        cache.meta(&id(&format!("f{i}")));
+        cache.meta(&id(&format!("f{i}")), true);
     }
     let stats = cache.stats();
     assert!(stats.metadata.entries <= 10, "{stats:?}");
@@ -64,12 +64,15 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
         cache.record_listing(k.clone(), listing, cache.epoch());
     }
     cache.record(&store(), &meta("dir/a", 12, Some("v2")));
-    assert_eq!(cache.meta(&id("dir/a")).unwrap().size, 12);
+    assert_eq!(cache.meta(&id("dir/a"), true).unwrap().size, 12);
     assert!(
-        cache.listing(&key).is_none(),
+        cache.listing(&key, true).is_none(),
         "listing of the parent dropped"
     );
-    assert!(cache.listing(&other).is_some(), "unrelated prefix kept");
+    assert!(
+        cache.listing(&other, true).is_some(),
+        "unrelated prefix kept"
+    );
     assert_eq!(cache.stats().version_changes, 1);
 }
 
@@ -135,8 +138,8 @@ fn ttl_zero_never_expires_and_the_idle_timeout_does() {
         cache.record(&store(), &meta("a", 1, Some("e")));
     }
     std::thread::sleep(Duration::from_millis(150));
-    assert!(forever.meta(&id("a")).is_some());
-    assert!(idle.meta(&id("a")).is_none());
+    assert!(forever.meta(&id("a"), true).is_some());
+    assert!(idle.meta(&id("a"), true).is_none());
     assert_eq!(idle.stats().metadata.expirations, 1);
     assert_eq!(forever.stats().metadata.expirations, 0);
 }

@@ -39,7 +39,7 @@ impl StoreReads {
         };
         let key = self.list_key(prefix, kind);
         let handles = &self.caches().handles;
-        if let Some(cached) = handles.listing(&key) {
+        if let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
             return stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed();
         }
         self.recording(key, listing())
@@ -57,7 +57,7 @@ impl StoreReads {
     {
         let key = self.list_key(prefix, ListKind::Delimited);
         let handles = &self.caches().handles;
-        if let Some(cached) = handles.listing(&key) {
+        if let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
             return Ok(cached.to_list_result());
         }
         let epoch = handles.epoch();
@@ -65,6 +65,7 @@ impl StoreReads {
         for meta in &result.objects {
             self.observe_listed(meta, epoch);
         }
+        self.proved_listing(&key);
         let listing = Listing {
             objects: result.objects.clone(),
             common_prefixes: result.common_prefixes.clone(),
@@ -113,6 +114,7 @@ impl StoreReads {
                 }
                 None => {
                     if let (Some(objects), Some(key)) = (s.seen.take(), s.key.take()) {
+                        s.reads.proved_listing(&key);
                         let listing = Listing {
                             objects,
                             common_prefixes: vec![],

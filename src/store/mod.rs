@@ -10,6 +10,8 @@
 //!   serves ranged GETs through the versioned read at the version it knows, and drops what a
 //!   write through it touches.
 //! - `listing.rs`: listings recorded as they stream.
+//! - `proofs.rs`: what each store instance has shown it can read, before its session gets a
+//!   cache hit for it (tenants never share what their stores would refuse).
 //! - `checked.rs`: DataFusion's own path-keyed caches (footers, statistics), checked against
 //!   the versions the handle cache knows.
 //!
@@ -19,6 +21,7 @@
 mod checked;
 mod listing;
 mod local;
+mod proofs;
 mod reads;
 mod wrapper;
 

@@ -22,6 +22,7 @@ use object_store::{
 };
 
 use super::Caches;
+use super::proofs::Proofs;
 use crate::metrics::{ScanMetrics, Source};
 use crate::object::{ObjectId, ObjectVersion, StoreKey, VersionChanged, version_changed};
 
@@ -40,6 +41,8 @@ pub(crate) struct ReadsInner {
     pub(super) caching: bool,
     /// Where objects can be read as local files, through cached descriptors.
     pub(super) local: Option<Arc<LocalFileSystem>>,
+    /// What this store has shown it can read (`None`: reads that cache nothing of their own).
+    proofs: Option<Proofs>,
     /// Cleared the first time the store refuses `If-Match`.
     if_match: AtomicBool,
 }
@@ -58,12 +61,14 @@ impl StoreReads {
         caches: Caches,
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
+        let proofs = Some(Proofs::new(caches.handles.config()));
         Self(Arc::new(ReadsInner {
             inner,
             store,
             caches,
             caching: true,
             local,
+            proofs,
             if_match: AtomicBool::new(true),
         }))
     }
@@ -78,6 +83,7 @@ impl StoreReads {
             caches: caches.clone(),
             caching: false,
             local: None,
+            proofs: None,
             if_match: AtomicBool::new(true),
         }))
     }
@@ -129,6 +135,51 @@ impl StoreReads {
         version
     }
 
+    /// Whether this store has shown it can read `path` (always, for reads that cache nothing
+    /// of their own: a plan's metadata came from the store's own listing).
+    pub(super) fn proven(&self, path: &Path) -> bool {
+        self.0.proofs.as_ref().is_none_or(|p| p.object(path))
+    }
+
+    /// Notes that this store answered for `path`.
+    pub(super) fn proved(&self, path: &Path) {
+        if let Some(p) = &self.0.proofs {
+            p.prove_object(path);
+        }
+    }
+
+    /// Whether this store listed `key` itself.
+    pub(super) fn listing_proven(&self, key: &crate::handle::ListKey) -> bool {
+        self.0.proofs.as_ref().is_none_or(|p| p.listing(key))
+    }
+
+    /// Notes that this store answered the listing `key`.
+    pub(super) fn proved_listing(&self, key: &crate::handle::ListKey) {
+        if let Some(p) = &self.0.proofs {
+            p.prove_listing(key);
+        }
+    }
+
+    /// Makes sure this store can read `version` before anything cached of it is served: a
+    /// HEAD, unless the store has shown the object already (a listing, a read). The HEAD
+    /// also checks the version: a changed object is a [`VersionChanged`] error.
+    pub(crate) async fn prove(&self, version: &ObjectVersion) -> Result<()> {
+        let path = version.path();
+        if self.proven(path) || self.local_file(path).is_some() {
+            return Ok(());
+        }
+        let head = GetOptions::new().with_head(true);
+        let meta = match self.0.inner.get_opts(path, head).await {
+            Ok(response) => response.meta,
+            Err(e) => return Err(self.failed(version, e)),
+        };
+        self.observe(&meta);
+        if !version.matches(&meta) {
+            return Err(self.failed(version, version_changed(version, Some(&meta))));
+        }
+        Ok(())
+    }
+
     /// The version of `path` the handle cache holds, if any.
     pub(super) fn current(&self, path: &Path) -> Option<ObjectVersion> {
         let meta = self.0.caches.handles.peek(&self.id(path))?;
@@ -152,6 +203,7 @@ impl StoreReads {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
+        self.prove(version).await?;
         let version = &self.complete(version).await?;
         let read = async {
             if let Some(file) = self.local_file(version.path()) {
@@ -350,6 +402,7 @@ impl StoreReads {
         if !self.0.caching {
             return;
         }
+        self.proved(&meta.location);
         if let Some(old) = self.0.caches.handles.record(&self.0.store, meta) {
             self.0
                 .caches
@@ -359,6 +412,7 @@ impl StoreReads {
 
     /// [`StoreReads::observe`] for an object a listing that began at `epoch` showed.
     pub(super) fn observe_listed(&self, meta: &ObjectMeta, epoch: u64) {
+        self.proved(&meta.location);
         let handles = &self.0.caches.handles;
         if let Some(old) = handles.record_listed(&self.0.store, meta, epoch) {
             self.0

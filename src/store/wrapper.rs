@@ -197,7 +197,9 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         if !self.handles().config().enabled {
             return Ok(None);
         }
-        if let Some(v) = self.reads.current(location) {
+        if self.reads.proven(location)
+            && let Some(v) = self.reads.current(location)
+        {
             return Ok(Some(v));
         }
         let store = self.reads.store_key().clone();
@@ -249,6 +251,9 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
         self.forget(location);
         let result = self.inner.put_opts(location, payload, opts).await;
         self.forget(location);
+        if result.is_ok() {
+            self.reads.proved(location);
+        }
         result
     }
 
@@ -272,8 +277,8 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             return self.observe(location, result, |r| &r.meta);
         }
         if options.head {
-            let cached = self.handles().meta(&self.reads.id(location));
-            if let Some(meta) = cached {
+            let id = self.reads.id(location);
+            if let Some(meta) = self.handles().meta(&id, self.reads.proven(location)) {
                 return Ok(head_result(meta));
             }
             return self.head_inner(location).await.map(head_result);

@@ -202,6 +202,9 @@ impl AsyncFileReader for LakeReader {
         let span = range.clone();
         let load = async move { Ok(Some(file.get_one(span).await?)) };
         async move {
+            // Nothing cached is served before this store has shown it can read the file.
+            let file = &self.bytes;
+            file.reads.prove(&file.version).await.map_err(store_error)?;
             let (bytes, hit) = self
                 .index
                 .bloom_filter(&self.bytes.version, row_group, column, load)
@@ -234,6 +237,9 @@ impl AsyncFileReader for LakeReader {
             load_footer(&file.version, hint, read).await
         };
         async move {
+            // Nothing cached is served before this store has shown it can read the file.
+            let file = &self.bytes;
+            file.reads.prove(&file.version).await.map_err(store_error)?;
             let (metadata, hit) = self
                 .index
                 .metadata(&self.bytes.version, load)

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -46,6 +46,8 @@ pub enum Op {
 pub struct FaultStore<S> {
     inner: S,
     pending: Arc<[AtomicU64; 4]>,
+    /// Every request is refused, as by a store whose credentials do not allow it.
+    refusing: Arc<AtomicBool>,
 }
 
 impl<S: ObjectStore> FaultStore<S> {
@@ -54,6 +56,23 @@ impl<S: ObjectStore> FaultStore<S> {
         Self {
             inner,
             pending: Arc::default(),
+            refusing: Arc::default(),
+        }
+    }
+
+    /// Refuses every request from now on with `PermissionDenied`, listings before their
+    /// first object: a store of other credentials. `false` lets requests through again.
+    pub fn refuse_all(&self, refuse: bool) {
+        self.refusing.store(refuse, Relaxed);
+    }
+
+    fn refused(&self, location: &str) -> Result<()> {
+        match self.refusing.load(Relaxed) {
+            true => Err(Error::PermissionDenied {
+                path: location.to_string(),
+                source: "refused: these credentials may not read it".into(),
+            }),
+            false => Ok(()),
         }
     }
 
@@ -70,6 +89,7 @@ impl<S: ObjectStore> FaultStore<S> {
     }
 
     fn check(&self, op: Op, location: &Path) -> Result<()> {
+        self.refused(location.as_ref())?;
         match self.take(op) {
             true => Err(injected(op, location.as_ref())),
             false => Ok(()),
@@ -81,6 +101,9 @@ impl<S: ObjectStore> FaultStore<S> {
         prefix: Option<&Path>,
         listing: BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
+        if let Err(e) = self.refused(prefix.map_or("", |p| p.as_ref())) {
+            return stream::once(async move { Err(e) }).boxed();
+        }
         if !self.take(Op::List) {
             return listing;
         }
@@ -158,6 +181,7 @@ impl<S: ObjectStore> ObjectStore for FaultStore<S> {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.refused(prefix.map_or("", |p| p.as_ref()))?;
         if self.take(Op::List) {
             return Err(injected(Op::List, prefix.map_or("", |p| p.as_ref())));
         }
