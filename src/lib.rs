@@ -30,6 +30,8 @@
 //! requests, and a seeded lake generator, for tests and benchmarks.
 
 pub mod config;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod handle;
 pub mod index;
 mod lake;
@@ -43,7 +45,7 @@ pub mod store;
 pub mod table;
 pub mod testkit;
 
-pub use config::{HandleConfig, IndexConfig, PrefetchConfig, RangeConfig, Settings};
+pub use config::{HandleConfig, IndexConfig, PrefetchConfig, RangeConfig, Settings, SqlConfig};
 pub use handle::HandleCache;
 pub use index::IndexCache;
 pub use lake::{LakeCache, LakeCacheBuilder};

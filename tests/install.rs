@@ -271,3 +271,35 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
     assert_eq!(lake.stats().index.cache.entries, 0, "emptied");
     assert_eq!(per_cache(&ctx).await["index"][ENTRIES], Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lakecache_clear_clears_when_run_and_can_be_left_out() {
+    let lake = LakeCache::builder().build().unwrap();
+    let (_b, ctx) = after_a_lookup(&lake).await;
+    let held = lake.stats().index.cache.entries;
+    assert!(held > 0);
+    ctx.sql("EXPLAIN SELECT * FROM lakecache_clear()")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        lake.stats().index.cache.entries,
+        held,
+        "explaining clears nothing"
+    );
+    let planned = ctx.sql("SELECT * FROM lakecache_clear()").await.unwrap();
+    assert_eq!(lake.stats().index.cache.entries, held, "nor does planning");
+    planned.collect().await.unwrap();
+    assert_eq!(lake.stats().index.cache.entries, 0, "running does");
+
+    let closed = LakeCache::builder().sql_clear(false).build().unwrap();
+    let (_b, ctx) = after_a_lookup(&closed).await;
+    let err = ctx
+        .sql("SELECT * FROM lakecache_clear()")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("lakecache_clear"), "{err}");
+    assert!(closed.stats().index.cache.entries > 0);
+}

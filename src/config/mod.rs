@@ -3,7 +3,7 @@
 //! [`setting_table!`] lists each setting a single time: its field, type, default, accepted
 //! range, `lakecache.*` key, builder method, scope and description. From that one table come
 //! the settings structs ([`HandleConfig`], [`IndexConfig`], [`PrefetchConfig`],
-//! [`RangeConfig`]), [`Settings::set`] and [`Settings::get`] (the string form SQL `SET`, `SHOW
+//! [`RangeConfig`], [`SqlConfig`]), [`Settings::set`] and [`Settings::get`] (the string form SQL `SET`, `SHOW
 //! ALL` and configuration files use), validation with a message naming the setting, the
 //! [`SETTINGS`] list, and the builder methods of `LakeCacheBuilder`. Adding a setting is one
 //! row.
@@ -120,6 +120,11 @@ macro_rules! setting_table {
                 disk_bytes: u64 = 16 << 30, Size { min: 1 << 20, max: PIB },
                     "lakecache.range.disk_capacity", range_disk_bytes, Shared,
                     "Bytes the disk tier keeps; least recently used ranges go first.";
+            }
+            /// What installed sessions may do in SQL.
+            SqlConfig sql {
+                clear: bool = true, Flag, "lakecache.sql.clear", sql_clear, Shared,
+                    "Whether sessions get lakecache_clear(), which empties the caches every session shares.";
             }
         }
     };

@@ -155,6 +155,75 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_footer_with_a_negative_or_outside_offset_is_refused_naming_the_file() {
+        use parquet::file::metadata::{
+            ParquetMetaData, ParquetMetaDataReader, ParquetMetaDataWriter, RowGroupMetaData,
+        };
+        let good = file_bytes(&LakeSpec::small_files(1), 0).unwrap();
+        let metadata = ParquetMetaDataReader::new()
+            .parse_and_finish(&good)
+            .unwrap();
+        for offset in [-5, i64::MAX / 2] {
+            // The footer of the same file, with one column chunk's offset rewritten.
+            let row_groups: Vec<RowGroupMetaData> = metadata
+                .row_groups()
+                .iter()
+                .map(|rg| {
+                    // Without page indexes or bloom filters: only the data offsets matter.
+                    let mut columns: Vec<_> = rg
+                        .columns()
+                        .iter()
+                        .map(|c| {
+                            c.clone()
+                                .into_builder()
+                                .set_column_index_offset(None)
+                                .set_column_index_length(None)
+                                .set_offset_index_offset(None)
+                                .set_offset_index_length(None)
+                                .set_bloom_filter_offset(None)
+                                .set_bloom_filter_length(None)
+                                .build()
+                                .unwrap()
+                        })
+                        .collect();
+                    columns[0] = columns[0]
+                        .clone()
+                        .into_builder()
+                        .set_data_page_offset(offset)
+                        .set_dictionary_page_offset(None)
+                        .build()
+                        .unwrap();
+                    rg.clone()
+                        .into_builder()
+                        .set_column_metadata(columns)
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            let bad = ParquetMetaData::new(metadata.file_metadata().clone(), row_groups);
+            let mut footer = Vec::new();
+            ParquetMetaDataWriter::new(&mut footer, &bad)
+                .finish()
+                .unwrap();
+            let mut file = b"PAR1".to_vec();
+            file.extend_from_slice(&footer);
+            let file = Bytes::from(file);
+            let read = |r: Range<u64>| {
+                let b = file.slice(r.start as usize..r.end as usize);
+                async move { Ok(b) }
+            };
+            let err = load_footer(&version(file.len() as u64), None, read)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("f.parquet") && err.contains("outside"),
+                "{offset}: {err}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn a_footer_claiming_more_than_the_file_is_refused_naming_it() {
         let bytes = file_bytes(&LakeSpec::small_files(1), 0).unwrap();
         // The last 8 bytes: footer length, then PAR1. Claim a footer far longer than the file.

@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::cache::cache_manager::CachedFileMetadataEntry;
+use datafusion::execution::cache::cache_manager::{CachedFileMetadataEntry, FileMetadataCache};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use moka::sync::Cache;
@@ -236,6 +237,32 @@ impl IndexCache {
             (IndexEntry::Footer(m), hit) => Ok((m, hit)),
             _ => Err(mixed_up()),
         }
+    }
+
+    /// The footer DataFusion's planning decoded for `version` (read from `planning`, the
+    /// session's own `FileMetadataCache`), if it is provably that version's: the entry was
+    /// made for the same size and the same strong validator (an e_tag or version id, not a
+    /// modification time to the second), and holds the page index. Scans then need not read
+    /// it again.
+    pub fn planned_footer(
+        planning: &FileMetadataCache,
+        version: &ObjectVersion,
+    ) -> Option<Arc<ParquetMetaData>> {
+        if !version.pins_bytes() {
+            return None;
+        }
+        let entry = planning.get(version.path())?;
+        let made_for = ObjectVersion::new(version.store().clone(), &entry.meta);
+        if &made_for != version {
+            return None;
+        }
+        let footer = entry
+            .file_metadata
+            .as_any()
+            .downcast_ref::<CachedParquetMetaData>()?
+            .parquet_metadata();
+        (footer.column_index().is_some() && footer.offset_index().is_some())
+            .then(|| Arc::clone(footer))
     }
 
     /// The cached footer of `version`, if present, without loading it.

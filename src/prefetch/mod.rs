@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::memory_pool::MemoryPool;
 use futures::future::{BoxFuture, Shared};
 use tokio::runtime::Handle;
@@ -71,6 +72,8 @@ pub(crate) struct ScanInputs {
     pub reads: StoreReads,
     /// Where footers are found and loaded.
     pub index: IndexCache,
+    /// The session's own footer cache, which DataFusion's planning filled.
+    pub planning: Option<Arc<FileMetadataCache>>,
     /// The session's memory pool, where every buffered or in-flight byte is reserved.
     pub pool: Arc<dyn MemoryPool>,
     /// The process-wide prefetch figures.
@@ -91,6 +94,7 @@ pub(crate) struct Prefetcher {
 struct Scan {
     reads: StoreReads,
     index: IndexCache,
+    planning: Option<Arc<FileMetadataCache>>,
     plan: ScanPlan,
     config: PrefetchConfig,
     metadata_size_hint: Option<usize>,
@@ -111,6 +115,7 @@ impl Prefetcher {
             shared: Arc::new(Scan {
                 reads: inputs.reads,
                 index: inputs.index,
+                planning: inputs.planning,
                 plan,
                 config: inputs.settings,
                 metadata_size_hint: inputs.metadata_size_hint,

@@ -12,6 +12,7 @@ use tokio::task::AbortHandle;
 use super::controller::Controller;
 use super::{Download, Scan};
 use crate::config::PrefetchConfig;
+use crate::index::IndexCache;
 use crate::object::ObjectVersion;
 
 /// A piece of work waiting for a download slot.
@@ -189,7 +190,11 @@ impl Scan {
         }
         entry.queued = true;
         let version = entry.version.clone();
-        if let Some(footer) = self.index.cached_metadata(&version) {
+        let footer = self.index.cached_metadata(&version).or_else(|| {
+            let planning = self.planning.as_ref()?;
+            IndexCache::planned_footer(planning.as_ref(), &version)
+        });
+        if let Some(footer) = footer {
             self.queue_pieces_locked(state, path, &footer);
             return;
         }

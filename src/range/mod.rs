@@ -377,6 +377,11 @@ impl Served {
     }
 }
 
+/// See `crate::fuzz::disk_entry`.
+pub(crate) fn fuzz_disk_entry(name: &str, contents: &[u8]) -> bool {
+    disk::fuzz_entry(name, contents)
+}
+
 fn forget_span(spans: &SpanMap, object: &ObjectVersion, range: Range<u64>) {
     let mut spans = spans.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(held) = spans.get_mut(object) {

@@ -49,11 +49,11 @@ pub(crate) fn install(
     let functions = builder
         .table_functions()
         .get_or_insert_with(Default::default);
-    for table in [
-        StatsTable::PerCache,
-        StatsTable::PerMetric,
-        StatsTable::Clear,
-    ] {
+    let clear = scans.settings.sql.clear.then_some(StatsTable::Clear);
+    for table in [StatsTable::PerCache, StatsTable::PerMetric]
+        .into_iter()
+        .chain(clear)
+    {
         let function = LakeStatsFunction::of(Arc::clone(&source), table);
         let function = Arc::new(TableFunction::new(table.name().into(), Arc::new(function)));
         functions.insert(table.name().to_string(), function);

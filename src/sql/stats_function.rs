@@ -9,16 +9,22 @@
 //! SELECT * FROM lakecache_clear();
 //! ```
 //!
-//! `lakecache_clear()` acts when the query is planned, so `EXPLAIN SELECT * FROM
-//! lakecache_clear()` clears too.
+//! `lakecache_clear()` acts when the query runs, not when it is planned, so `EXPLAIN SELECT *
+//! FROM lakecache_clear()` clears nothing. Every session of a `LakeCache` shares its caches,
+//! so an embedding product whose sessions must not clear them for each other leaves the
+//! function out (`LakeCacheBuilder::sql_clear(false)`).
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
 
 use crate::config::Settings;
 use crate::handle::max_open_files_allowed;
@@ -67,6 +73,50 @@ impl LakeStatsFunction {
     /// The function `table` over `lake`.
     pub(crate) fn of(lake: Arc<dyn StatsSource>, table: StatsTable) -> Self {
         Self { lake, table }
+    }
+}
+
+fn clear_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("cache", DataType::Utf8, false),
+        Field::new("entries_dropped", DataType::UInt64, false),
+    ]))
+}
+
+/// `lakecache_clear()`: clears when executed, not when planned, so `EXPLAIN SELECT * FROM
+/// lakecache_clear()` clears nothing.
+#[derive(Debug)]
+struct ClearStream {
+    lake: Arc<dyn StatsSource>,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for ClearStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (lake, schema) = (Arc::clone(&self.lake), Arc::clone(&self.schema));
+        let batch = futures::stream::once(async move {
+            let stats = lake.stats();
+            lake.clear();
+            let rows = [
+                ("handle.metadata", stats.handles.metadata.entries),
+                ("handle.listings", stats.handles.listings.entries),
+                ("handle.files", stats.handles.files.entries),
+                ("index", stats.index.cache.entries),
+                ("index.bloom", stats.index.blooms.entries),
+                ("range.memory", stats.ranges.memory.entries),
+                ("range.disk", stats.ranges.disk.entries),
+            ];
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            ];
+            Ok(RecordBatch::try_new(clear_schema(), columns)?)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batch))
     }
 }
 
@@ -203,25 +253,15 @@ impl TableFunctionImpl for LakeStatsFunction {
                 (schema, columns)
             }
             StatsTable::Clear => {
-                self.lake.clear();
-                let rows = [
-                    ("handle.metadata", stats.handles.metadata.entries),
-                    ("handle.listings", stats.handles.listings.entries),
-                    ("handle.files", stats.handles.files.entries),
-                    ("index", stats.index.cache.entries),
-                    ("index.bloom", stats.index.blooms.entries),
-                    ("range.memory", stats.ranges.memory.entries),
-                    ("range.disk", stats.ranges.disk.entries),
-                ];
-                let schema = Schema::new(vec![
-                    Field::new("cache", DataType::Utf8, false),
-                    Field::new("entries_dropped", DataType::UInt64, false),
-                ]);
-                let columns: Vec<ArrayRef> = vec![
-                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
-                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
-                ];
-                (schema, columns)
+                let clear = ClearStream {
+                    lake: Arc::clone(&self.lake),
+                    schema: clear_schema(),
+                };
+                let schema = Arc::clone(&clear.schema);
+                return Ok(Arc::new(StreamingTable::try_new(
+                    schema,
+                    vec![Arc::new(clear)],
+                )?));
             }
         };
         let schema = Arc::new(schema);

@@ -14,6 +14,7 @@ use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta, Result};
 
 use super::StoreReads;
+use super::reads::naming;
 use crate::handle::{ListKey, ListKind, Listing};
 
 impl StoreReads {
@@ -42,7 +43,9 @@ impl StoreReads {
         if let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
             return stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed();
         }
-        self.recording(key, listing())
+        let what = format!("listing {}", prefix.map_or("", |p| p.as_ref()));
+        let listing = listing().map(move |item| item.map_err(|e| naming(e, &what)));
+        self.recording(key, listing.boxed())
     }
 
     /// A delimited listing of `prefix`: from the cache, or from `listing` (called only on a
@@ -61,7 +64,8 @@ impl StoreReads {
             return Ok(cached.to_list_result());
         }
         let epoch = handles.epoch();
-        let result = listing().await?;
+        let what = || format!("listing {}", prefix.map_or("", |p| p.as_ref()));
+        let result = listing().await.map_err(|e| naming(e, what()))?;
         for meta in &result.objects {
             self.observe_listed(meta, epoch);
         }

@@ -171,7 +171,7 @@ impl StoreReads {
         let head = GetOptions::new().with_head(true);
         let meta = match self.0.inner.get_opts(path, head).await {
             Ok(response) => response.meta,
-            Err(e) => return Err(self.failed(version, e)),
+            Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };
         self.observe(&meta);
         if !version.matches(&meta) {
@@ -333,7 +333,13 @@ impl StoreReads {
                 let mut options = GetOptions::new().with_range(Some(range.clone()));
                 options.if_match = guard.clone();
                 async move {
-                    let response = self.0.inner.get_opts(path, options).await?;
+                    let what = || format!("reading {path}");
+                    let response = self
+                        .0
+                        .inner
+                        .get_opts(path, options)
+                        .await
+                        .map_err(|e| naming(e, what()))?;
                     if !version.matches(&response.meta) {
                         return Err(version_changed(version, Some(&response.meta)));
                     }
@@ -341,7 +347,7 @@ impl StoreReads {
                         // Learn the e_tag the plan's metadata lacked (see `complete`).
                         self.observe(&response.meta);
                     }
-                    let bytes = response.bytes().await?;
+                    let bytes = response.bytes().await.map_err(|e| naming(e, what()))?;
                     if bytes.len() as u64 != range.end - range.start {
                         return Err(Error::Generic {
                             store: "lakecache",
@@ -444,6 +450,18 @@ fn check_ranges(version: &ObjectVersion, ranges: &[Range<u64>]) -> Result<()> {
 fn count(scan: Option<&ScanMetrics>, bytes: &[Bytes]) {
     if let Some(scan) = scan {
         scan.read_from(Source::Store, bytes.iter().map(|b| b.len() as u64).sum());
+    }
+}
+
+/// `error`, naming `what` it was about if its message may not (object_store's errors for a
+/// failed response body, for one, name no object): "reading lake/a.parquet: ...".
+pub(super) fn naming(error: Error, what: impl std::fmt::Display) -> Error {
+    match error {
+        Error::Generic { store, source } => Error::Generic {
+            store,
+            source: format!("{what}: {source}").into(),
+        },
+        other => other,
     }
 }
 

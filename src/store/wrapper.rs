@@ -185,7 +185,8 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         let head = self
             .inner
             .get_opts(location, GetOptions::new().with_head(true))
-            .await;
+            .await
+            .map_err(|e| super::reads::naming(e, format!("reading {location}")));
         self.observe(location, head, |r| &r.meta).map(|r| r.meta)
     }
 

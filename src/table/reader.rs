@@ -20,6 +20,7 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::ParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::parquet::ParquetFileMetrics;
 use datafusion::error::DataFusionError;
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -40,22 +41,27 @@ use crate::store::StoreReads;
 pub(crate) struct LakeReaderFactory {
     reads: StoreReads,
     index: IndexCache,
+    /// The session's own footer cache, which DataFusion's planning filled.
+    planning: Option<Arc<FileMetadataCache>>,
     prefetcher: Option<Prefetcher>,
     /// The scan's figures, registered in its metrics set by the first reader.
     metrics: OnceLock<ScanMetrics>,
 }
 
 impl LakeReaderFactory {
-    /// Readers of `reads`' store, with footers and bloom filters in `index`, and bytes from
+    /// Readers of `reads`' store, with footers and bloom filters in `index` (or, provably of
+    /// the same version, decoded by the session's planning into `planning`), and bytes from
     /// `prefetcher` where it has them.
     pub(crate) fn new(
         reads: StoreReads,
         index: IndexCache,
+        planning: Option<Arc<FileMetadataCache>>,
         prefetcher: Option<Prefetcher>,
     ) -> Self {
         Self {
             reads,
             index,
+            planning,
             prefetcher,
             metrics: OnceLock::new(),
         }
@@ -93,6 +99,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
                 scan,
             },
             index: self.index.clone(),
+            planning: self.planning.clone(),
             metadata_size_hint,
             metadata,
             bloom_spans: None,
@@ -151,6 +158,7 @@ pub(crate) struct LakeReader {
     file_metrics: ParquetFileMetrics,
     bytes: FileBytes,
     index: IndexCache,
+    planning: Option<Arc<FileMetadataCache>>,
     metadata_size_hint: Option<usize>,
     /// The footer, once known, to recognise bloom-filter reads.
     metadata: Option<Arc<ParquetMetaData>>,
@@ -229,7 +237,14 @@ impl AsyncFileReader for LakeReader {
     ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
         let file = self.bytes.clone();
         let hint = self.metadata_size_hint;
+        let planned = self
+            .planning
+            .as_ref()
+            .and_then(|p| IndexCache::planned_footer(p.as_ref(), &file.version));
         let load = async move {
+            if let Some(footer) = planned {
+                return Ok(footer);
+            }
             let read = |range: Range<u64>| {
                 let file = file.clone();
                 async move { file.get_one(range).await }

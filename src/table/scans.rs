@@ -79,11 +79,13 @@ impl ScanCaches {
                 return Ok(None);
             }
             let reads = self.reads(runtime, &config.object_store_url)?;
+            let planning = Some(runtime.cache_manager.get_file_metadata_cache());
             let prefetcher = match prefetch {
                 true => self.prefetcher(config, source, options, runtime, &reads),
                 false => None,
             };
-            let factory = LakeReaderFactory::new(reads, self.caches.index.clone(), prefetcher);
+            let index = self.caches.index.clone();
+            let factory = LakeReaderFactory::new(reads, index, planning, prefetcher);
             Ok(Some(Arc::new(factory)))
         })
     }
@@ -103,6 +105,7 @@ impl ScanCaches {
         let inputs = ScanInputs {
             reads: reads.clone(),
             index: self.caches.index.clone(),
+            planning: Some(runtime.cache_manager.get_file_metadata_cache()),
             pool: Arc::clone(&runtime.memory_pool),
             counters: Arc::clone(&self.counters),
             settings: settings.clone(),

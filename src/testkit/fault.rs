@@ -48,6 +48,8 @@ pub struct FaultStore<S> {
     pending: Arc<[AtomicU64; 4]>,
     /// Every request is refused, as by a store whose credentials do not allow it.
     refusing: Arc<AtomicBool>,
+    /// Failures injected so far.
+    injected: Arc<AtomicU64>,
 }
 
 impl<S: ObjectStore> FaultStore<S> {
@@ -57,7 +59,13 @@ impl<S: ObjectStore> FaultStore<S> {
             inner,
             pending: Arc::default(),
             refusing: Arc::default(),
+            injected: Arc::default(),
         }
+    }
+
+    /// How many requests failed because they were told to (not counting refusals).
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Relaxed)
     }
 
     /// Refuses every request from now on with `PermissionDenied`, listings before their
@@ -83,9 +91,13 @@ impl<S: ObjectStore> FaultStore<S> {
 
     /// Whether this request of kind `op` is to fail (and counts it if so).
     fn take(&self, op: Op) -> bool {
-        self.pending[op as usize]
+        let failing = self.pending[op as usize]
             .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
-            .is_ok()
+            .is_ok();
+        if failing {
+            self.injected.fetch_add(1, Relaxed);
+        }
+        failing
     }
 
     fn check(&self, op: Op, location: &Path) -> Result<()> {

@@ -12,6 +12,7 @@ mod counting;
 mod fault;
 pub mod lake;
 mod latency;
+mod proxy;
 pub mod requests;
 mod s3;
 mod session;
@@ -20,7 +21,8 @@ pub use cloud::CloudMetadata;
 pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
 pub use latency::LatencyStore;
-pub use s3::{S3Server, s3_server};
+pub use proxy::{FaultProxy, Faults, ProxyCounts};
+pub use s3::{S3Server, s3_server, s3_server_addr, s3_store_via};
 pub use session::{LakeLocation, context, query};
 
 use std::ops::Range;

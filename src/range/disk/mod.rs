@@ -340,5 +340,23 @@ impl DiskTier {
     }
 }
 
+/// Parses `name` and decodes `contents` as the tier does for a file it finds: an entry is
+/// served only if both hold up, for the version text the name's hashes stand for.
+pub(crate) fn fuzz_entry(name: &str, contents: &[u8]) -> bool {
+    let Some((id, len)) = files::parse_name(name) else {
+        return false;
+    };
+    // The version text is not known from a name alone; take it from the header, as a
+    // collision would present it.
+    let version = contents
+        .get(20..)
+        .and_then(|rest| {
+            let n = u32::from_le_bytes(contents.get(16..20)?.try_into().ok()?) as usize;
+            std::str::from_utf8(rest.get(..n)?).ok()
+        })
+        .unwrap_or("");
+    decode(contents.to_vec(), version, id.start..id.start + len).is_some()
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,233 @@
+//! The seeded in-test version of the fuzz targets (`fuzz/`, `cargo fuzz run footer`): the
+//! decode paths that read bytes from outside must give a value or an error for any input,
+//! never a panic.
+//!
+//! - Parquet footers, page indexes and bloom filters: real files with bytes flipped, lengths
+//!   rewritten and ends cut, decoded as a footer load does;
+//! - the same corruptions queried end to end through an installed session, which must answer
+//!   what DataFusion alone answers over the same bytes, or fail;
+//! - disk-tier entries: file names with extreme numbers and contents from real entries with
+//!   bytes changed.
+//!
+//! `LAKECACHE_FUZZ_CASES` (default 2000) sets the cases of each; `LAKECACHE_FUZZ_SEED` the seed.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{rows, sorted_lines};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::fuzz::{disk_entry, parquet_footer};
+use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn cases() -> usize {
+    std::env::var("LAKECACHE_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+fn rng() -> (u64, SmallRng) {
+    let seed = std::env::var("LAKECACHE_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_261_201);
+    (seed, SmallRng::seed_from_u64(seed))
+}
+
+/// `good` with one corruption in its last `tail` bytes (footer, page index, bloom filters).
+fn corrupt(good: &[u8], tail: usize, rng: &mut SmallRng) -> Vec<u8> {
+    let mut bad = good.to_vec();
+    let from = good.len().saturating_sub(tail);
+    match rng.random_range(0..4) {
+        0 => {
+            for _ in 0..rng.random_range(1..8) {
+                let i = rng.random_range(from..bad.len());
+                bad[i] ^= 1 << rng.random_range(0..8);
+            }
+        }
+        1 => {
+            // A length or offset field rewritten with a random, often huge, value.
+            let i = rng.random_range(from..bad.len() - 4);
+            let v: u32 = match rng.random_range(0..3) {
+                0 => u32::MAX,
+                1 => rng.random(),
+                _ => rng.random_range(0..1024),
+            };
+            bad[i..i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        2 => bad.truncate(rng.random_range(0..bad.len())),
+        _ => {
+            let i = rng.random_range(from..bad.len());
+            let n = rng.random_range(1..64).min(bad.len() - i);
+            rng.fill(&mut bad[i..i + n]);
+        }
+    }
+    bad
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn footers_page_indexes_and_bloom_filters_of_any_bytes_decode_or_fail() {
+    let (seed, mut rng) = rng();
+    let spec = LakeSpec::small_files(1).with_row_groups_of(500);
+    let good = file_bytes(&spec, 0).unwrap();
+    assert!(parquet_footer(&good, None).await, "the good file decodes");
+    let mut decoded = 0;
+    for case in 0..cases() {
+        let bad = match case % 10 {
+            // Now and then, bytes that were never a Parquet file.
+            9 => {
+                let mut noise = vec![0u8; rng.random_range(0..4096)];
+                rng.fill(&mut noise[..]);
+                if noise.len() >= 4 && rng.random_bool(0.5) {
+                    let n = noise.len();
+                    noise[n - 4..].copy_from_slice(b"PAR1");
+                }
+                noise
+            }
+            _ => corrupt(&good, 64 << 10, &mut rng),
+        };
+        let hint = [None, Some(64), Some(512 << 10)][case % 3];
+        let join = tokio::spawn(async move { parquet_footer(&bad, hint).await }).await;
+        match join {
+            Ok(true) => decoded += 1,
+            Ok(false) => {}
+            Err(e) => panic!("seed {seed}, case {case}: the decode panicked: {e}"),
+        }
+    }
+    eprintln!(
+        "fuzz footers: seed {seed}, {} cases, {decoded} still decodable",
+        cases()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_over_corrupt_index_bytes_answer_as_datafusion_does_or_fail() {
+    let (seed, mut rng) = rng();
+    let spec = LakeSpec::small_files(1).with_row_groups_of(500);
+    let good = file_bytes(&spec, 0).unwrap();
+    let url = url::Url::parse("memory://").unwrap();
+    let lake = LakeCache::builder().build().unwrap();
+    let sqls = [
+        "SELECT id, name FROM t WHERE name = 'name-012345'",
+        "SELECT count(*), sum(value) FROM t WHERE id BETWEEN 1200 AND 1260",
+    ];
+    let (mut same, mut failed) = (0, 0);
+    let cases = cases() / 10;
+    for case in 0..cases {
+        let bad = corrupt(&good, 32 << 10, &mut rng);
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from(format!("fuzz/f{case}.parquet"));
+        store.put(&path, PutPayload::from(bad)).await.unwrap();
+        let table = "memory:///fuzz/";
+        let alone = SessionContext::new_with_config(SessionConfig::new());
+        alone.register_object_store(&url, Arc::clone(&store));
+        let builder = SessionStateBuilder::new().with_default_features();
+        let cached = SessionContext::new_with_state(lake.install(builder).unwrap().build());
+        cached.register_object_store(&url, Arc::clone(&store));
+        let options = ParquetReadOptions::default;
+        let registered = (
+            alone.register_parquet("t", table, options()).await,
+            cached.register_parquet("t", table, options()).await,
+        );
+        if registered.0.is_err() || registered.1.is_err() {
+            failed += 1;
+            continue;
+        }
+        for sql in sqls {
+            let want = alone.sql(sql).await;
+            let want = match want {
+                Ok(df) => df.collect().await.and_then(|b| sorted_lines(&b)),
+                Err(e) => Err(e),
+            };
+            let got = tokio::spawn({
+                let cached = cached.clone();
+                async move { rows(&cached, sql).await }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}, case {case}: `{sql}` panicked: {e}"));
+            match (want, got) {
+                (Ok(w), Ok(g)) => {
+                    assert_eq!(g, w, "seed {seed}, case {case}: `{sql}`");
+                    same += 1;
+                }
+                (_, Err(_)) => failed += 1,
+                (Err(e), Ok(g)) => {
+                    // The caches may decode what DataFusion's own reader refuses (its footer
+                    // reader is stricter about what precedes the footer); rows then must be
+                    // DataFusion's over the good bytes' layout, so accept only an answer of
+                    // the good file.
+                    let good_answer = {
+                        let good_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+                        good_store
+                            .put(&path, PutPayload::from(good.clone()))
+                            .await
+                            .unwrap();
+                        let ctx = SessionContext::new();
+                        ctx.register_object_store(&url, good_store);
+                        ctx.register_parquet("t", table, options()).await.unwrap();
+                        rows(&ctx, sql).await.unwrap()
+                    };
+                    assert_eq!(g, good_answer, "seed {seed}, case {case}: `{sql}`: {e}");
+                    same += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "fuzz queries: seed {seed}, {cases} corrupt files, {same} answers as DataFusion's, \
+         {failed} refused"
+    );
+}
+
+#[test]
+fn disk_entries_of_any_name_and_contents_are_served_only_when_whole() {
+    let (seed, mut rng) = rng();
+    // A real entry's file, as the tier writes it (through the public fuzz entry point the
+    // name and contents must both hold up).
+    let mut served = 0;
+    for case in 0..cases() {
+        let start: u64 = match rng.random_range(0..4) {
+            0 => u64::MAX - rng.random_range(0..16),
+            1 => rng.random(),
+            _ => rng.random_range(0..1 << 20),
+        };
+        let len: u64 = match rng.random_range(0..3) {
+            0 => u64::MAX,
+            1 => 0,
+            _ => rng.random_range(1..4096),
+        };
+        let name = format!(
+            "{:016x}-{:016x}-{start}-{len}.range",
+            rng.random::<u64>(),
+            rng.random::<u64>()
+        );
+        let mut contents = vec![0u8; rng.random_range(0..256)];
+        rng.fill(&mut contents[..]);
+        if contents.len() >= 8 && rng.random_bool(0.5) {
+            contents[..8].copy_from_slice(b"LKRANGE1");
+        }
+        let name = match case % 7 {
+            0 => name.replace('-', ""),
+            1 => format!("../{name}"),
+            _ => name,
+        };
+        match std::panic::catch_unwind(|| disk_entry(&name, &contents)) {
+            Ok(true) => served += 1,
+            Ok(false) => {}
+            Err(_) => panic!("seed {seed}, case {case}: {name} panicked"),
+        }
+    }
+    assert_eq!(served, 0, "random contents never pass the checksum");
+    eprintln!(
+        "fuzz disk entries: seed {seed}, {} cases, none served",
+        cases()
+    );
+}
