@@ -177,7 +177,7 @@ async fn main() -> Result<()> {
         "  lakecache CREATE: {:?}; vanilla CREATE: {:?}",
         sides[2].register, sides[1].register
     );
-    cache.ranges().flush().await;
+    cache.flush().await;
     println!("  range cache: {:?}", cache.stats().ranges);
     drop(cache);
 

@@ -21,7 +21,7 @@ use crate::index::IndexCache;
 use crate::object::{ObjectId, StoreKey};
 use crate::range::RangeCache;
 use crate::sql::StatsSource;
-use crate::stats::LakeStats;
+use crate::stats::{Activity, LakeStats};
 use crate::store::{Caches, CheckedCache};
 use crate::table::ScanCaches;
 
@@ -60,17 +60,17 @@ impl LakeCache {
     }
 
     /// The handle cache: object metadata, listings and local file descriptors.
-    pub fn handles(&self) -> &HandleCache {
+    pub(crate) fn handles(&self) -> &HandleCache {
         &self.scans.caches.handles
     }
 
     /// The index cache: Parquet footers, page indexes and bloom filters.
-    pub fn index(&self) -> &IndexCache {
+    pub(crate) fn index(&self) -> &IndexCache {
         &self.scans.caches.index
     }
 
     /// The range cache: bytes of remote objects, in memory and on local disk.
-    pub fn ranges(&self) -> &RangeCache {
+    pub(crate) fn ranges(&self) -> &RangeCache {
         &self.scans.caches.ranges
     }
 
@@ -170,6 +170,19 @@ impl LakeCache {
         }
     }
 
+    /// Running totals of what scans read, cheap enough to poll (a progress line): no cache
+    /// maintenance, unlike [`LakeCache::stats`].
+    pub fn activity(&self) -> Activity {
+        let (memory, disk, store) = self.ranges().served();
+        Activity {
+            footer_lookups: self.index().footer_lookups(),
+            bytes_from_memory: memory,
+            bytes_from_disk: disk,
+            bytes_from_store: store,
+            bytes_prefetched: self.scans.counters.bytes_fetched(),
+        }
+    }
+
     /// Drops everything cached about one object: its metadata, descriptor, listings that hold
     /// it, and its footer, bloom filters and bytes in every version. `store_url` names the
     /// store as it was registered (for example `s3://bucket`).
@@ -178,6 +191,12 @@ impl LakeCache {
             store: StoreKey::of(store_url),
             path: path.clone(),
         });
+    }
+
+    /// Waits until every range written to the disk tier so far is on disk (or failed): before
+    /// a process exits, so the next one finds them.
+    pub async fn flush(&self) {
+        self.ranges().flush().await
     }
 
     /// Drops every cached entry.
@@ -217,7 +236,7 @@ pub struct LakeCacheBuilder {
     error: Option<String>,
 }
 
-/// Generates a builder method per setting of [`setting_table!`].
+/// Generates a builder method per setting of `setting_table!`.
 macro_rules! define_builder {
     ($(
         $(#[$doc:meta])*

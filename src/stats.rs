@@ -60,6 +60,11 @@ impl CacheCounters {
         counter.fetch_add(1, Relaxed);
     }
 
+    /// Hits and misses so far, read without cache maintenance.
+    pub(crate) fn lookups(&self) -> u64 {
+        self.hits.load(Relaxed) + self.misses.load(Relaxed)
+    }
+
     pub(crate) fn snapshot(&self, entries: u64) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Relaxed),
@@ -124,6 +129,8 @@ pub struct IndexStats {
     pub blooms: CacheStats,
     /// Bytes the bloom-filter entries hold.
     pub bloom_bytes: u64,
+    /// Footer and bloom-filter loads running now.
+    pub loads_in_flight: u64,
 }
 
 /// Figures of the range cache.
@@ -195,6 +202,34 @@ pub struct PrefetchStats {
     pub leases: u64,
 }
 
+/// Running totals of what scans did, from `LakeCache::activity`: plain counters, read without
+/// the cache maintenance a [`LakeStats`] snapshot runs, so a progress display can read them
+/// many times a second. Subtract two readings for what happened between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Activity {
+    /// Parquet footers looked up (once per file a scan opens).
+    pub footer_lookups: u64,
+    /// Bytes the readers read from the range cache's memory.
+    pub bytes_from_memory: u64,
+    /// Bytes the readers read from the range cache's disk tier.
+    pub bytes_from_disk: u64,
+    /// Bytes the readers read from the store themselves.
+    pub bytes_from_store: u64,
+    /// Bytes downloaded ahead of the readers.
+    pub bytes_prefetched: u64,
+}
+
+impl Activity {
+    /// Every byte read so far, from wherever it came.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_from_memory
+            + self.bytes_from_disk
+            + self.bytes_from_store
+            + self.bytes_prefetched
+    }
+}
+
 /// Figures of every cache of a `LakeCache`, from `LakeCache::stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -240,6 +275,7 @@ impl LakeStats {
             ("index", "bloom_loads", self.index.bloom_loads),
             ("index", "rejected", self.index.rejected),
             ("index.bloom", "bytes", self.index.bloom_bytes),
+            ("index", "loads_in_flight", self.index.loads_in_flight),
         ]);
         let r = &self.ranges;
         rows.extend([

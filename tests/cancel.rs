@@ -73,7 +73,7 @@ async fn leftovers(lake: &LakeCache) -> String {
     let mut last = String::new();
     for _ in 0..200 {
         let p = lake.stats().prefetch;
-        let loads = lake.index().loads_in_flight();
+        let loads = lake.stats().index.loads_in_flight;
         if p.reserved_bytes == 0 && p.in_flight == 0 && p.leases == 0 && loads == 0 {
             return String::new();
         }
@@ -121,7 +121,15 @@ async fn dropped_queries_leave_no_reservation_download_lease_or_load() {
             "index cache {index_cache}: after {n} queries: {left}"
         );
         let p = lake.stats().prefetch;
-        eprintln!("index cache {index_cache}: {n} queries dropped or run: {p:?}");
+        common::report(
+            "cancel",
+            &format!(
+                "cancel, index cache {index_cache}: {n} queries dropped or run ({} scans, {} \
+                 downloads cancelled, {} bytes fetched and dropped unread); left: 0 bytes \
+                 reserved, 0 downloads in flight, 0 leases, 0 index loads",
+                p.scans, p.cancelled, p.bytes_wasted
+            ),
+        );
         assert!(
             p.scans > 0 && p.cancelled + p.bytes_wasted > 0,
             "some were cut short: {p:?}"

@@ -99,6 +99,20 @@ impl Source {
         }
     }
 
+    /// What was injected, by kind.
+    fn describe(&self) -> String {
+        match self {
+            Source::Store(_) => "failed GETs, HEADs and LISTs".to_string(),
+            Source::Proxy(proxy) => {
+                let c = proxy.counts();
+                format!(
+                    "{} heads cut, {} bodies cut, {} resets, {} 503 SlowDown, {} stalls",
+                    c.cut_head, c.cut_body, c.reset, c.slow_down, c.stalled
+                )
+            }
+        }
+    }
+
     fn injected(&self) -> u64 {
         match self {
             Source::Store(store) => store.injected(),
@@ -205,15 +219,19 @@ async fn run(name: &str, b: &Backend, faulty: Arc<dyn ObjectStore>, source: Sour
     figures.faults = source.injected();
     let p = lake.stats().prefetch;
     assert_eq!((p.reserved_bytes, p.leases), (0, 0), "{name}: {p:?}");
-    eprintln!(
-        "fault loop {name}: seed {seed}, {} iterations, {} queries, {} faults injected, \
+    common::report(
+        "faults",
+        &format!(
+            "fault loop {name}: seed {seed}, {} iterations, {} queries, {} faults injected ({}), \
          {} errors naming the object, {} replacements, 0 wrong answers, 0 errors after faults \
          off",
-        iterations(),
-        figures.queries,
-        figures.faults,
-        figures.errors,
-        figures.replacements
+            iterations(),
+            figures.queries,
+            figures.faults,
+            source.describe(),
+            figures.errors,
+            figures.replacements
+        ),
     );
     figures
 }

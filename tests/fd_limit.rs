@@ -5,7 +5,6 @@ mod common;
 
 use common::{WORKLOAD, backends, scan};
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::handle::max_open_files_allowed;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,7 +15,6 @@ async fn two_hundred_files_ten_scans_under_a_low_ulimit() {
     };
     // SAFETY: setrlimit reads the struct we pass.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
-    assert_eq!(max_open_files_allowed(), 128);
     for b in backends("fd_limit") {
         b.write(&LakeSpec::small_files(200)).await;
         // Asks for more descriptors than the limit allows: the cache must cap itself.

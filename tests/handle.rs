@@ -347,7 +347,7 @@ async fn ranged_reads_of_a_replaced_object_come_from_one_version() {
         // The read is of the version the cache knew: refused, naming the file and both
         // versions, never a mix.
         let err = store.get_ranges(&path, &ranges).await.unwrap_err();
-        let changed = datafusion_lakecache::object::find_version_changed(&err)
+        let changed = datafusion_lakecache::VersionChanged::find(&err)
             .unwrap_or_else(|| panic!("{}: not a version change: {err}", b.name));
         assert_eq!(changed.path, path.to_string());
         assert!(

@@ -127,10 +127,23 @@ async fn load(b: Backend) {
     stop.store(true, Ordering::Relaxed);
     let replaced = writer.await.unwrap();
     let s = lake.stats();
-    eprintln!(
-        "{}: {SESSIONS} sessions x {QUERIES_EACH} queries: {ok} answered, {failed} refused a \
-         changed file, {replaced} replacements; {s:?}",
-        b.name
+    common::report(
+        "load",
+        &format!(
+            "load {}: {SESSIONS} sessions x {QUERIES_EACH} queries: {ok} answered, {failed} \
+             refused a changed file, {replaced} replacements; within bounds: metadata {} of \
+             8, listings {} of 8, descriptors {} of 4, index {} of 65536 bytes, memory {} of \
+             1048576 bytes, disk {} of 1048576 bytes; {} index and {} range evictions",
+            b.name,
+            s.handles.metadata.entries,
+            s.handles.listings.entries,
+            s.handles.files.entries,
+            s.index.bytes,
+            s.ranges.memory_bytes,
+            s.ranges.disk_bytes,
+            s.index.cache.evictions,
+            s.ranges.memory.evictions
+        ),
     );
     assert!(s.handles.metadata.entries <= 8, "{s:?}");
     assert!(s.handles.listings.entries <= 8, "{s:?}");
@@ -144,7 +157,7 @@ async fn load(b: Backend) {
     );
     // Every descriptor closed once the caches let go of them (and the disk tier's writes
     // are done).
-    lake.ranges().flush().await;
+    lake.flush().await;
     lake.clear();
     drop(lake);
     let mut after = open_descriptors();

@@ -43,7 +43,7 @@ async fn fill_disk_tier(b: &common::Backend, dir: &std::path::Path, sql: &str) -
     let lake = with_disk(dir);
     let ctx = session(b, b.counting(), &lake).await;
     assert_eq!(rows(&ctx, sql).await.unwrap(), want);
-    lake.ranges().flush().await;
+    lake.flush().await;
     assert!(lake.stats().ranges.disk_writes > 0);
     want
 }
@@ -146,7 +146,7 @@ async fn a_partly_cached_read_of_a_replaced_object_never_mixes_versions() {
             .await
             .unwrap_err();
         assert!(
-            datafusion_lakecache::object::find_version_changed(&err).is_some(),
+            datafusion_lakecache::VersionChanged::find(&err).is_some(),
             "{}: {err}",
             b.name
         );
@@ -237,7 +237,7 @@ async fn explain_analyze_shows_where_the_bytes_came_from() {
     }
     assert!(!text.contains("bytes_from_memory=0"), "{text}");
     // After clearing, the scan fetches from the store, and the next one reads memory again.
-    lake.ranges().clear();
+    lake.clear();
     let cold = explain(WORKLOAD[2]).await;
     assert!(cold.contains("bytes_from_memory=0"), "{cold}");
     assert!(!cold.contains("bytes_from_store=0"), "{cold}");

@@ -187,7 +187,7 @@ impl Kind<Option<PathBuf>> for Dir {
 }
 
 /// Parses an on/off setting: `true`/`false`, `on`/`off` or `1`/`0`.
-pub fn parse_bool(key: &str, value: &str) -> Result<bool> {
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" | "on" | "1" => Ok(true),
         "false" | "off" | "0" => Ok(false),
@@ -196,7 +196,7 @@ pub fn parse_bool(key: &str, value: &str) -> Result<bool> {
 }
 
 /// Parses an integer setting within `min..=max` (underscores allowed: `10_000`).
-pub fn parse_count(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+pub(crate) fn parse_count(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
     let expected = format!("an integer from {min} to {max}");
     let n: u64 = value
         .trim()
@@ -211,8 +211,9 @@ pub fn parse_count(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
 
 /// Parses a byte size of 1 byte to 1 PiB: a whole number with an optional unit (`B`,
 /// `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`, all powers of 1024, as DataFusion's own size
-/// settings read them).
-pub fn parse_bytes(key: &str, value: &str) -> Result<u64> {
+/// settings read them). Settings parse through [`Size`]; this checks [`format_bytes`] round trips.
+#[cfg(test)]
+pub(crate) fn parse_bytes(key: &str, value: &str) -> Result<u64> {
     let size = Size {
         min: 1,
         max: super::PIB,
@@ -238,7 +239,7 @@ fn parse_size(value: &str) -> Option<u64> {
 
 /// Parses a duration setting: a non-negative number with a unit (`ms`, `s`, `m`, `h`, `d`), or
 /// a bare number of seconds, at most ten years. `0` is accepted.
-pub fn parse_duration(key: &str, value: &str) -> Result<Duration> {
+pub(crate) fn parse_duration(key: &str, value: &str) -> Result<Duration> {
     let err = || invalid(key, value, DURATION_RANGE);
     let v = value.trim();
     let split = v
@@ -261,7 +262,7 @@ pub fn parse_duration(key: &str, value: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-/// `bytes` in the largest unit that divides it, as [`parse_bytes`] reads it back.
+/// `bytes` in the largest unit that divides it, as a size setting reads it back.
 pub(crate) fn format_bytes(bytes: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
         if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {

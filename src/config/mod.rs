@@ -1,6 +1,6 @@
 //! Every setting of the crate, declared once.
 //!
-//! [`setting_table!`] lists each setting a single time: its field, type, default, accepted
+//! `setting_table!` lists each setting a single time: its field, type, default, accepted
 //! range, `lakecache.*` key, builder method, scope and description. From that one table come
 //! the settings structs ([`HandleConfig`], [`IndexConfig`], [`PrefetchConfig`],
 //! [`RangeConfig`], [`SqlConfig`]), [`Settings::set`] and [`Settings::get`] (the string form SQL `SET`, `SHOW
@@ -20,8 +20,10 @@ use std::time::Duration;
 use datafusion::error::{DataFusionError, Result};
 
 use kinds::{Count, Dir, Flag, Kind, OptionalSpan, Size, Span};
-pub use kinds::{parse_bool, parse_bytes, parse_count, parse_duration};
-pub use options::{Installed, LakeOptions};
+#[cfg(test)]
+use kinds::{parse_bytes, parse_duration};
+pub(crate) use options::Installed;
+pub use options::LakeOptions;
 
 /// Largest byte size accepted anywhere: 1 PiB. Larger values are unit mistakes.
 const PIB: u64 = 1 << 50;
@@ -131,7 +133,7 @@ macro_rules! setting_table {
 }
 pub(crate) use setting_table;
 
-/// Generates the settings structs, [`Settings`] and [`SETTINGS`] from [`setting_table!`].
+/// Generates the settings structs, [`Settings`] and [`SETTINGS`] from `setting_table!`.
 macro_rules! define_settings {
     ($(
         $(#[$doc:meta])*

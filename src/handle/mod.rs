@@ -65,10 +65,11 @@ type PathIndex = Arc<Mutex<HashMap<Path, Vec<StoreKey>>>>;
 /// Cheap to clone; clones share the same entries. Bounded by [`HandleConfig::capacity`]
 /// entries with a TTL and an optional idle timeout, and safe to use from concurrent queries.
 ///
+/// Users reach it through a `LakeCache`:
+///
 /// ```
-/// use datafusion_lakecache::{config::HandleConfig, handle::HandleCache};
-/// let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
-/// assert_eq!(cache.stats().metadata.entries, 0);
+/// let lake = datafusion_lakecache::LakeCache::builder().handle_capacity(100).build().unwrap();
+/// assert_eq!(lake.stats().handles.metadata.entries, 0);
 /// ```
 #[derive(Clone)]
 pub struct HandleCache {

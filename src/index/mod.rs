@@ -85,10 +85,11 @@ struct Loading {
 
 /// The shared cache of deserialized Parquet index structures. Cheap to clone.
 ///
+/// Users reach it through a `LakeCache`:
+///
 /// ```
-/// use datafusion_lakecache::{config::IndexConfig, index::IndexCache};
-/// let cache = IndexCache::try_new(IndexConfig::default()).unwrap();
-/// assert_eq!(cache.stats().bytes, 0);
+/// let lake = datafusion_lakecache::LakeCache::builder().build().unwrap();
+/// assert_eq!(lake.stats().index.bytes, 0);
 /// ```
 #[derive(Clone)]
 pub struct IndexCache {
@@ -154,9 +155,10 @@ impl IndexCache {
         })
     }
 
-    /// The settings this cache was built with.
-    pub fn config(&self) -> &IndexConfig {
-        &self.inner.config
+    /// Footer lookups so far (hits and misses), read without cache maintenance.
+    pub(crate) fn footer_lookups(&self) -> u64 {
+        let i = &self.inner;
+        i.counters.lookups().saturating_sub(i.blooms.lookups())
     }
 
     /// A snapshot of the figures.
@@ -178,11 +180,13 @@ impl IndexCache {
             rejected: i.rejected.load(Relaxed),
             blooms: i.blooms.snapshot(bloom_entries),
             bloom_bytes,
+            loads_in_flight: lock(&i.loading).len() as u64,
         }
     }
 
-    /// Loads running now (for tests that check nothing is left behind).
-    pub fn loads_in_flight(&self) -> usize {
+    /// Loads running now.
+    #[cfg(test)]
+    fn loads_in_flight(&self) -> usize {
         lock(&self.inner.loading).len()
     }
 

@@ -41,6 +41,7 @@ impl StoreKey {
     }
 
     /// The key as text.
+    #[cfg(test)]
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -358,19 +359,26 @@ pub fn version_changed(version: &ObjectVersion, found: Option<&ObjectMeta>) -> o
     }
 }
 
-/// The [`VersionChanged`] inside `error`, however deeply DataFusion and the Parquet reader
-/// wrapped it.
-pub fn find_version_changed<'a>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a VersionChanged> {
-    let mut current = Some(error);
-    while let Some(e) = current {
-        if let Some(changed) = e.downcast_ref::<VersionChanged>() {
-            return Some(changed);
+impl VersionChanged {
+    /// The [`VersionChanged`] inside `error`, however deeply DataFusion and the Parquet
+    /// reader wrapped it: how a caller tells "the lake changed under this query, run it again"
+    /// from other failures.
+    ///
+    /// ```
+    /// # use datafusion_lakecache::VersionChanged;
+    /// let error = std::io::Error::other("something else");
+    /// assert!(VersionChanged::find(&error).is_none());
+    /// ```
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a VersionChanged> {
+        let mut current = Some(error);
+        while let Some(e) = current {
+            if let Some(changed) = e.downcast_ref::<VersionChanged>() {
+                return Some(changed);
+            }
+            current = e.source();
         }
-        current = e.source();
+        None
     }
-    None
 }
 
 #[cfg(test)]
@@ -452,7 +460,7 @@ mod tests {
         for part in ["a.parquet", "\"one\"", "\"two\"", "12 bytes"] {
             assert!(text.contains(part), "{part} in {text}");
         }
-        let changed = find_version_changed(&err).unwrap();
+        let changed = VersionChanged::find(&err).unwrap();
         assert_eq!(changed.path, "a.parquet");
     }
 }

@@ -47,6 +47,11 @@ impl PrefetchCounters {
         }
     }
 
+    /// Bytes downloaded ahead of the readers so far.
+    pub(crate) fn bytes_fetched(&self) -> u64 {
+        self.bytes_fetched.load(Relaxed)
+    }
+
     /// Bytes all scans hold reserved now.
     pub(crate) fn reserved(&self) -> u64 {
         self.reserved_bytes.load(Relaxed)

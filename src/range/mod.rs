@@ -55,10 +55,11 @@ type SpanMap = Arc<Mutex<HashMap<ObjectVersion, Spans>>>;
 
 /// The shared cache of object byte ranges. Cheap to clone.
 ///
+/// Users reach it through a `LakeCache`:
+///
 /// ```
-/// # use datafusion_lakecache::{config::RangeConfig, range::RangeCache};
-/// let cache = RangeCache::try_new(RangeConfig::default()).unwrap();
-/// assert_eq!(cache.stats().memory_capacity, 1 << 30);
+/// let lake = datafusion_lakecache::LakeCache::builder().build().unwrap();
+/// assert_eq!(lake.stats().ranges.memory_capacity, 1 << 30);
 /// ```
 #[derive(Clone)]
 pub struct RangeCache {
@@ -148,6 +149,16 @@ impl RangeCache {
     /// keeps already).
     pub fn applies(&self, version: &ObjectVersion) -> bool {
         self.inner.config.enabled && version.pins_bytes() && !version.store().is_local()
+    }
+
+    /// Bytes served so far from memory, disk and the store, read without cache maintenance.
+    pub(crate) fn served(&self) -> (u64, u64, u64) {
+        let s = &self.inner.served;
+        (
+            s.memory.load(Relaxed),
+            s.disk.load(Relaxed),
+            s.store.load(Relaxed),
+        )
     }
 
     /// A snapshot of the figures.

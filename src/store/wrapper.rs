@@ -22,6 +22,7 @@ use url::Url;
 use super::{Caches, StoreReads};
 use crate::handle::HandleCache;
 use crate::object::{ObjectVersion, StoreKey};
+use crate::stats::HandleStats;
 
 /// Ids of wrappers, shown in their `Display` so a `dyn ObjectStore` can be recognised.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -148,9 +149,10 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         &self.inner
     }
 
-    /// The handle cache this wrapper reads and fills.
-    pub fn cache(&self) -> &HandleCache {
-        &self.reads.caches().handles
+    /// The figures of the handle cache this wrapper reads and fills (shared with every
+    /// wrapper of the same `LakeCache`).
+    pub fn handle_stats(&self) -> HandleStats {
+        self.handles().stats()
     }
 
     fn handles(&self) -> &HandleCache {

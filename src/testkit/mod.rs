@@ -1,7 +1,8 @@
 //! Tools to test and measure lake scans without a cloud account: object stores that count,
 //! delay or fail requests the way a remote store would see them, and a seeded generator of
-//! Parquet lakes, and the S3 server `scripts/with-s3` runs. Used by this crate's tests, benchmarks and `lakecache demo`, and public so
-//! that embedders can test their own set-up the same way.
+//! Parquet lakes, the S3 server `scripts/with-s3` runs, and a small HTTP file server. Used by
+//! this crate's tests, benchmarks and `lakecache demo`, and public so that embedders can test
+//! their own set-up the same way.
 //!
 //! The counting and latency stores serve `get_ranges` with object_store's own range
 //! coalescing over their `get_opts`, so they see (and charge) one request per HTTP request an
@@ -10,6 +11,7 @@
 mod cloud;
 mod counting;
 mod fault;
+mod http;
 pub mod lake;
 mod latency;
 mod proxy;
@@ -20,6 +22,7 @@ mod session;
 pub use cloud::CloudMetadata;
 pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
+pub use http::HttpDir;
 pub use latency::LatencyStore;
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
 pub use s3::{S3Server, s3_server, s3_server_addr, s3_store_via};

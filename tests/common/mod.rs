@@ -203,3 +203,21 @@ pub const WORKLOAD: [&str; 3] = [
     "SELECT id, name, value FROM t WHERE id % 997 = 3 AND category IN ('beta', 'eta') ORDER BY id",
     "SELECT category, count(*), round(sum(value), 3) FROM t GROUP BY category ORDER BY category",
 ];
+
+/// Prints a figure line of a reliability test and keeps it in
+/// `$CARGO_TARGET_TMPDIR/reliability/<name>.txt`, where `.ci/run` collects the figures of
+/// the run for `docs/reliability.md`.
+pub fn report(name: &str, line: &str) {
+    eprintln!("{line}");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("reliability");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{name}.txt")))
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}

@@ -123,6 +123,12 @@ impl DiskTier {
                 tier.index(&mut state, f.id, f.id.start + f.len, f.file_bytes);
             }
             tier.trim(&mut state);
+            log::info!(
+                "range cache: disk tier at {} opened with {} entries ({} bytes)",
+                tier.dir.root().display(),
+                state.entries.len(),
+                state.bytes
+            );
         }
         Ok(tier)
     }
@@ -262,6 +268,13 @@ impl DiskTier {
             }
             None => {
                 if state.entries.contains_key(&id) {
+                    // Deleted below, so each bad file is reported once.
+                    log::warn!(
+                        "range cache: an entry for {} in {} failed its checks (torn write, \
+                         bit flip or another version); deleted, the bytes are read again",
+                        object.path(),
+                        self.dir.root().display()
+                    );
                     self.counters.corrupt.fetch_add(1, Relaxed);
                     self.drop_entry(state, id);
                 }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::{HandleConfig, IndexConfig, RangeConfig};
 use crate::index::IndexCache;
-use crate::object::find_version_changed;
+use crate::object::VersionChanged;
 use crate::range::RangeCache;
 use crate::testkit::{CloudMetadata, CountingStore, FaultStore, Op};
 use futures::TryStreamExt;
@@ -84,7 +84,7 @@ async fn heads_and_listings_are_served_from_the_cache() {
         (2, 0),
         "one recursive and one delimited listing"
     );
-    let stats = store.cache().stats();
+    let stats = store.handle_stats();
     assert_eq!(stats.listings.hits, 2);
     assert_eq!(stats.metadata.hits, 1);
 }
@@ -144,10 +144,10 @@ async fn a_replaced_object_fails_once_naming_both_versions_then_reads_its_new_ve
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Precondition { .. }), "{err}");
-    let changed = find_version_changed(&err).unwrap();
+    let changed = VersionChanged::find(&err).unwrap();
     assert_eq!(changed.path, "f");
     assert!(err.to_string().contains("10 bytes"), "{err}");
-    assert_eq!(store.cache().stats().version_changes, 1);
+    assert_eq!(store.handle_stats().version_changes, 1);
     // The old version is forgotten: the next read learns the new one.
     let got = store.get_ranges(&path, &[0..2, 5..7, 8..10]).await.unwrap();
     assert_eq!(got, [&b"ab"[..], &b"fg"[..], &b"ij"[..]]);
@@ -166,7 +166,7 @@ async fn a_replaced_object_fails_once_naming_both_versions_then_reads_its_new_ve
     assert_eq!(&store.get_range(&path, 0..3).await.unwrap()[..], b"abc");
     assert_eq!(counted.counts().get, 0, "from the range cache");
     // Once the caches let the old version go (its TTL, or a clear), the new one is read.
-    store.cache().clear();
+    store.handles().clear();
     store.reads.caches().ranges.clear();
     assert_eq!(&store.get_range(&path, 0..3).await.unwrap()[..], b"ZYX");
 }
@@ -179,7 +179,7 @@ async fn a_refused_if_match_is_a_typed_error() {
     store.head(&path).await.unwrap();
     faults.fail(Op::Changed, 1);
     let err = store.get_ranges(&path, &[0..2, 4..6]).await.unwrap_err();
-    let changed = find_version_changed(&err).unwrap_or_else(|| panic!("not typed: {err}"));
+    let changed = VersionChanged::find(&err).unwrap_or_else(|| panic!("not typed: {err}"));
     assert_eq!(changed.path, "f");
     assert!(err.to_string().contains("run the query again"), "{err}");
     // Once it holds still, reads work again.
@@ -224,7 +224,7 @@ async fn versions_on_gets_but_not_on_listings_are_one_version() {
     }
     let c = counted.counts();
     assert_eq!((c.list, c.get), (1, 1), "one listing, one data GET: {c:?}");
-    assert_eq!(store.cache().stats().version_changes, 0);
+    assert_eq!(store.handle_stats().version_changes, 0);
 }
 
 #[tokio::test]

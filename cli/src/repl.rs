@@ -1,34 +1,25 @@
 //! The interactive prompt: datafusion-cli's line editor (its helper for multi-line statements
-//! and highlighting, history in `.history`, backslash commands), with the cache summary after
-//! each statement, which datafusion-cli's own `exec_from_repl` has no hook for.
+//! and highlighting, history in `.history`, backslash commands), with the progress line and
+//! the cache summary of each statement, which datafusion-cli's own `exec_from_repl` has no
+//! hook for.
 
 use datafusion::error::{DataFusionError, Result};
-use datafusion::prelude::SessionContext;
 use datafusion_cli::command::{Command, OutputFormat};
-use datafusion_cli::exec;
 use datafusion_cli::helper::CliHelper;
-use datafusion_cli::print_options::PrintOptions;
-use datafusion_lakecache::LakeCache;
-
-use crate::progress::{Progress, When};
 use rustyline::Editor;
 use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
 
+use crate::statements::Runner;
+
 const HISTORY: &str = ".history";
 
-/// Reads statements until `\q` or end of input, running each and printing its results, its
-/// time and (unless `print.quiet`) the cache summary.
-pub async fn run(
-    ctx: &SessionContext,
-    print: &mut PrintOptions,
-    lake: &LakeCache,
-    progress: When,
-) -> Result<()> {
+/// Reads statements until `\q` or end of input, running each through `runner`.
+pub async fn run(runner: &mut Runner) -> Result<()> {
     let failed = |e: ReadlineError| DataFusionError::External(Box::new(e));
-    let dialect = || ctx.state().config().options().sql_parser.dialect;
+    let dialect = |runner: &Runner| runner.ctx.state().config().options().sql_parser.dialect;
     let mut editor: Editor<CliHelper, DefaultHistory> = Editor::new().map_err(failed)?;
-    editor.set_helper(Some(CliHelper::new(&dialect(), print.color)));
+    editor.set_helper(Some(CliHelper::new(&dialect(runner), runner.print.color)));
     editor.load_history(HISTORY).ok();
     loop {
         match editor.readline("> ") {
@@ -40,7 +31,7 @@ pub async fn run(
                     Ok(Command::OutputFormat(Some(format))) => {
                         match format.parse::<OutputFormat>() {
                             Ok(format) => {
-                                if let Err(e) = format.execute(print) {
+                                if let Err(e) = format.execute(&mut runner.print) {
                                     eprintln!("{e}");
                                 }
                             }
@@ -48,10 +39,10 @@ pub async fn run(
                         }
                     }
                     Ok(Command::OutputFormat(None)) => {
-                        println!("Output format is {:?}.", print.format)
+                        println!("Output format is {:?}.", runner.print.format)
                     }
                     Ok(other) => {
-                        if let Err(e) = other.execute(ctx, print).await {
+                        if let Err(e) = other.execute(&runner.ctx, &mut runner.print).await {
                             eprintln!("{e}");
                         }
                     }
@@ -60,22 +51,17 @@ pub async fn run(
             }
             Ok(line) => {
                 editor.add_history_entry(line.trim_end()).map_err(failed)?;
-                let shown = Progress::start(lake, progress);
                 tokio::select! {
-                    result = exec::exec_from_commands(ctx, vec![line], print) => {
+                    result = runner.statement(line) => {
                         if let Err(e) = result {
                             eprintln!("{}", crate::one_line(&crate::with_hint(e.to_string())));
                         }
                     }
                     _ = tokio::signal::ctrl_c() => println!("^C"),
                 }
-                shown.finish();
-                if !print.quiet {
-                    println!("{}", crate::summary(&lake.stats()));
-                }
                 // `SET datafusion.sql_parser.dialect` may have changed it.
                 if let Some(helper) = editor.helper_mut() {
-                    helper.set_dialect(&dialect());
+                    helper.set_dialect(&dialect(runner));
                 }
             }
             Err(ReadlineError::Interrupted) => println!("^C"),

@@ -1,0 +1,598 @@
+//! The `lakecache` binary, run as a user runs it: `-c`, `-f` (continuing after a failed
+//! statement), the flags it shares with datafusion-cli, the rc file, the summary of each
+//! statement on stderr, `\object_store_profiling` below the caches, `RUST_LOG`, tables on
+//! S3 and over HTTP, the progress line, the demo, and one readable line with a non-zero exit
+//! for each kind of bad input.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::io::Write;
+use std::path::Path as FsPath;
+use std::process::{Command, Output, Stdio};
+
+use common::{Backend, backends, local_backend};
+use datafusion_lakecache::testkit::HttpDir;
+use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+
+fn lakecache(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lakecache"));
+    command.args(args);
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.output().expect("lakecache runs")
+}
+
+/// Runs the tool at the prompt with `input` on stdin, in `dir`, with `envs`.
+fn lakecache_prompt(dir: &FsPath, args: &[&str], envs: &[(&str, &str)], input: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lakecache"));
+    command
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("lakecache runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("input written");
+    child.wait_with_output().expect("lakecache ends")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The summary lines the tool printed.
+fn summaries(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("lakecache: handles"))
+        .collect()
+}
+
+/// The figure after `name` in a summary line (`... disk 12 KiB ...` gives 12 for "disk").
+fn figure(line: &str, name: &str) -> u64 {
+    let after = line
+        .split(name)
+        .nth(1)
+        .unwrap_or_else(|| panic!("{name} in {line}"));
+    after
+        .trim()
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a number after {name} in {line}"))
+}
+
+/// Runs the tool with `args` against `b`'s store: for S3, with the endpoint and credentials
+/// of the S3 server.
+fn lakecache_on(b: &Backend, args: &[&str]) -> Output {
+    match std::env::var("LAKECACHE_S3_ENDPOINT") {
+        Ok(endpoint) if b.name == "s3" => {
+            let mut all = vec!["--endpoint", endpoint.as_str()];
+            all.extend_from_slice(args);
+            let envs = [
+                ("AWS_ACCESS_KEY_ID", "lakecache"),
+                ("AWS_SECRET_ACCESS_KEY", "lakecache"),
+                ("AWS_REGION", "us-east-1"),
+            ];
+            lakecache(&all, &envs)
+        }
+        _ => lakecache(args, &[]),
+    }
+}
+
+fn create(b: &Backend) -> String {
+    format!(
+        "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+        b.table_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_go_to_stdout_and_each_statements_own_summary_to_stderr() {
+    for b in backends("cli") {
+        b.write(&LakeSpec::small_files(3)).await;
+        let create = create(&b);
+
+        // CSV on stdout stays CSV; a summary per statement on stderr.
+        // A filter, so that the count scans the files rather than answering from the
+        // statistics the CREATE collected.
+        let count = "SELECT count(*) AS n FROM t WHERE value >= 0";
+        let out = lakecache_on(
+            &b,
+            &["--format", "csv", "-c", &create, "-c", count, "-c", count],
+        );
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stderr}", b.name);
+        assert!(
+            stdout.contains("n\n15000"),
+            "{}: csv rows:\n{stdout}",
+            b.name
+        );
+        assert!(
+            !stdout.contains("lakecache"),
+            "{}: stdout:\n{stdout}",
+            b.name
+        );
+        let lines = summaries(&stderr);
+        assert_eq!(
+            lines.len(),
+            3,
+            "{}: a summary per statement:\n{stderr}",
+            b.name
+        );
+        // What each statement did, not totals: both counts found their listing in the cache,
+        // one hit each.
+        let listing_hits = |l: &str| figure(l, "listings");
+        assert_eq!(listing_hits(lines[1]), 1, "{}:\n{stderr}", b.name);
+        assert_eq!(listing_hits(lines[2]), 1, "{}:\n{stderr}", b.name);
+        if b.name == "s3" {
+            // The footers were read once, and the second count found them all in the cache.
+            let misses = |l: &str| figure(l.split("footers").nth(1).unwrap(), "hits /");
+            assert_eq!(misses(lines[2]), 0, "{}: {}", b.name, lines[2]);
+            assert!(figure(lines[2], "footers") > 0, "{}: {}", b.name, lines[2]);
+        }
+
+        // -f with two statements, JSON, quiet: only the rows.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("q.sql");
+        std::fs::write(
+            &file,
+            format!("-- a comment\n{create};\nSELECT category, count(*) AS n\nFROM t WHERE category = 'beta'\nGROUP BY category;\n"),
+        )
+        .unwrap();
+        let file = file.display().to_string();
+        let out = lakecache_on(&b, &["-q", "--format", "json", "-f", &file]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", b.name, text(&out.stderr));
+        assert!(
+            stdout.contains("\"category\":\"beta\""),
+            "{}: json:\n{stdout}",
+            b.name
+        );
+        assert!(text(&out.stderr).is_empty(), "{}: quiet", b.name);
+    }
+}
+
+#[test]
+fn a_file_goes_on_after_a_failed_statement_unless_told_to_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("q.sql");
+    std::fs::write(
+        &file,
+        "SELECT 1 AS first;\nSELECT no_such_column;\nSELECT 3 AS third;\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let out = lakecache(&["-q", "--format", "csv", "-f", &file], &[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.contains("first") && stdout.contains("third"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("no_such_column"), "{stderr}");
+    assert!(stderr.contains("1 of the 3 statements"), "{stderr}");
+    assert!(
+        !out.status.success(),
+        "a failed statement shows in the exit code"
+    );
+
+    let out = lakecache(&["-q", "--stop-on-error", "-f", &file], &[]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("first") && !stdout.contains("third"),
+        "{stdout}"
+    );
+    assert!(!out.status.success());
+    assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
+}
+
+#[test]
+fn datafusion_cli_flags_mean_what_they_mean_there() {
+    // -b sets the batch size; --maxrows limits the table shown.
+    let out = lakecache(
+        &[
+            "-q",
+            "-b",
+            "123",
+            "-c",
+            "SHOW datafusion.execution.batch_size",
+        ],
+        &[],
+    );
+    assert!(text(&out.stdout).contains("123"), "{}", text(&out.stdout));
+    let series = "SELECT * FROM generate_series(1, 50)";
+    let out = lakecache(&["-q", "--maxrows", "3", "-c", series], &[]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("| 3 ") && !stdout.contains("| 4 "),
+        "{stdout}"
+    );
+    let out = lakecache(&["-q", "--maxrows", "inf", "-c", series], &[]);
+    assert!(text(&out.stdout).contains("| 50 "), "{}", text(&out.stdout));
+    let out = lakecache(&["--maxrows", "lots", "-c", series], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("Invalid maxrows lots"));
+
+    // -m bounds the memory pool, of the --mem-pool-type asked for: a sort larger than it
+    // cannot get its memory. With room to spill, -d bounds the spill files.
+    let sort = "SELECT v FROM generate_series(1, 3000000) AS s(v) ORDER BY v DESC";
+    for pool in ["greedy", "fair"] {
+        let out = lakecache(
+            &[
+                "-q",
+                "--maxrows",
+                "1",
+                "-m",
+                "1m",
+                "--mem-pool-type",
+                pool,
+                "-c",
+                sort,
+            ],
+            &[],
+        );
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{pool}: {}", text(&out.stdout));
+        assert!(stderr.contains("Resources exhausted"), "{pool}: {stderr}");
+        assert!(stderr.contains(&format!("{pool}(")), "{pool}: {stderr}");
+    }
+    let spill = ["-q", "--maxrows", "1", "-m", "16m", "-d", "1m", "-c", sort];
+    let out = lakecache(&spill, &[]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("exceeded the allowable limit of 1024.0 KB"));
+    let out = lakecache(&["-q", "--maxrows", "1", "-m", "16m", "-c", sort], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = lakecache(&["-m", "lots", "-c", "SELECT 1"], &[]);
+    assert!(text(&out.stderr).contains("Invalid memory pool size 'lots'"));
+
+    // -p: relative paths read from the data path.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("v.csv"), "a,b\n1,2\n").unwrap();
+    let data = dir.path().display().to_string();
+    let out = lakecache(&["-q", "-p", &data, "-c", "SELECT b FROM 'v.csv'"], &[]);
+    assert!(text(&out.stdout).contains("| 2 |"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn the_prompt_runs_the_rc_file_first() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join(".datafusionrc"),
+        "SET datafusion.execution.batch_size = 321;\n",
+    )
+    .unwrap();
+    let home_dir = home.path().display().to_string();
+    let show = "SHOW datafusion.execution.batch_size;\n\\q\n";
+    let out = lakecache_prompt(home.path(), &["-q"], &[("HOME", &home_dir)], show);
+    assert!(text(&out.stdout).contains("321"), "{}", text(&out.stdout));
+
+    // -r replaces it.
+    let other = home.path().join("other.sql");
+    std::fs::write(&other, "SET datafusion.execution.batch_size = 77;\n").unwrap();
+    let other = other.display().to_string();
+    let out = lakecache_prompt(
+        home.path(),
+        &["-q", "-r", &other],
+        &[("HOME", &home_dir)],
+        show,
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("77") && !stdout.contains("321"), "{stdout}");
+}
+
+#[test]
+fn rust_log_shows_what_the_caches_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = format!("lakecache.range.disk_dir={}", dir.path().display());
+    let args = ["-q", "--set", disk.as_str(), "-c", "SELECT 1"];
+    let out = lakecache(&args, &[("RUST_LOG", "datafusion_lakecache=info")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("disk tier at"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Nothing at the default level.
+    let out = lakecache(&args, &[]);
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiling_counts_the_requests_that_reach_the_store() {
+    for b in backends("cli_profiling") {
+        b.write(&LakeSpec::small_files(3)).await;
+        let create = create(&b);
+        let sql = "SELECT category, count(*) FROM t GROUP BY category";
+        let out = lakecache_on(
+            &b,
+            &[
+                "--object-store-profiling",
+                "summary",
+                "-c",
+                &create,
+                "-c",
+                sql,
+                "-c",
+                sql,
+            ],
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", b.name, text(&out.stderr));
+        // A profile per statement; each names the operations that reached the store.
+        let profiles: Vec<&str> = stdout.split("Object Store Profiling").skip(1).collect();
+        assert_eq!(profiles.len(), 3, "{}:\n{stdout}", b.name);
+        let ops = |p: &str, op: &str| p.lines().filter(|l| l.contains(op)).count();
+        // The CREATE lists the table and reads the footers for its statistics.
+        assert!(ops(profiles[0], "List") > 0, "{}: {}", b.name, profiles[0]);
+        assert!(ops(profiles[0], "Get") > 0, "{}: {}", b.name, profiles[0]);
+        // The caches answer the queries' listings.
+        assert_eq!(ops(profiles[2], "List"), 0, "{}: {}", b.name, profiles[2]);
+        if b.name == "s3" {
+            // The CREATE read these small files whole; the range cache serves every byte
+            // of both queries, so no request of theirs reaches the store.
+            for p in &profiles[1..] {
+                assert!(
+                    !p.contains("Summaries"),
+                    "{}: no request reached the store: {p}",
+                    b.name
+                );
+            }
+        } else {
+            // file:// bytes are read from the disk, not kept: the query reads them.
+            assert!(ops(profiles[1], "Get") > 0, "{}: {}", b.name, profiles[1]);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_table_is_read_through_the_caches() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let files = write_lake(&fs, &Path::from("lake"), &LakeSpec::small_files(1))
+        .await
+        .unwrap();
+    let server = HttpDir::serve(dir.path()).await.unwrap();
+    let sql = format!(
+        "SELECT count(*) AS n FROM '{}/{}'",
+        server.url(),
+        files[0].as_ref()
+    );
+    let sql1 = sql.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        lakecache(&["-q", "--format", "csv", "-c", sql1.as_str()], &[])
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("n\n5000"),
+        "{}",
+        text(&out.stdout)
+    );
+    let once = server.requests();
+    assert!(once > 0);
+
+    let sql2 = sql.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        lakecache(
+            &[
+                "-q",
+                "--format",
+                "csv",
+                "-c",
+                sql2.as_str(),
+                "-c",
+                sql2.as_str(),
+            ],
+            &[],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let twice = server.requests() - once;
+    assert_eq!(twice, once, "the second query made no request of its own");
+}
+
+#[test]
+fn the_demo_shows_each_capability() {
+    let out = lakecache(
+        &["demo", "--files", "4", "--latency-ms", "1", "--runs", "2"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("s3://demo/small/ (4 Parquet files of 5000 rows"),
+        "{stdout}"
+    );
+    for line in [
+        "DataFusion",
+        "lakecache, restarted on disk",
+        "speed-up against DataFusion",
+        "handle cache:",
+        "index cache:",
+        "prefetch:",
+        "range cache:",
+    ] {
+        assert!(stdout.contains(line), "{line}:\n{stdout}");
+    }
+    // Over the large files the prefetcher downloads ahead of the readers.
+    let large = stdout
+        .split("large files (s3://demo/large/)")
+        .nth(1)
+        .expect("the large-files query ran");
+    let downloads: u64 = large
+        .split("prefetch: ")
+        .nth(1)
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a prefetch line");
+    assert!(downloads > 0, "{large}");
+}
+
+/// Runs `args`; the run must fail with exactly one line on stderr, naming `expected`.
+fn fails_with_one_line(args: &[&str], envs: &[(&str, &str)], expected: &str) {
+    let out = lakecache(args, envs);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{args:?} fails");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("lakecache: handles"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{args:?}: one line:\n{stderr}");
+    assert!(lines[0].starts_with("lakecache: "), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    assert!(
+        lines[0].contains(expected),
+        "{args:?}: says '{expected}':\n{stderr}"
+    );
+}
+
+#[test]
+fn bad_input_gives_one_readable_line_and_a_failing_exit() {
+    let b = local_backend();
+    fails_with_one_line(&["-c", "SELEKT 1"], &[], "SELEKT");
+    fails_with_one_line(&["-f", "/no/such/file.sql"], &[], "/no/such/file.sql");
+    fails_with_one_line(
+        &[
+            "--set",
+            "lakecache.prefetch.max_in_flight=0",
+            "-c",
+            "SELECT 1",
+        ],
+        &[],
+        "lakecache.prefetch.max_in_flight",
+    );
+    fails_with_one_line(
+        &[
+            "-c",
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://'",
+        ],
+        &[],
+        "s3://",
+    );
+    fails_with_one_line(
+        &["-c", &format!("SELECT * FROM '{}missing/'", b.table_url())],
+        &[],
+        "missing",
+    );
+}
+
+#[test]
+fn a_missing_bucket_and_a_wrong_credential_give_one_line() {
+    let Ok(endpoint) = std::env::var("LAKECACHE_S3_ENDPOINT") else {
+        eprintln!("S3 part skipped (set LAKECACHE_S3_ENDPOINT to run it)");
+        assert!(std::env::var("CI").is_err(), "in CI the S3 tests must run");
+        return;
+    };
+    let bucket = std::env::var("LAKECACHE_S3_BUCKET").unwrap_or_else(|_| "lakecache-test".into());
+    let good = [
+        ("AWS_ACCESS_KEY_ID", "lakecache"),
+        ("AWS_SECRET_ACCESS_KEY", "lakecache"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let missing =
+        "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://no-such-bucket-lakecache/t/'";
+    fails_with_one_line(
+        &["--endpoint", &endpoint, "-c", missing],
+        &good,
+        "no-such-bucket-lakecache",
+    );
+    let wrong = [
+        ("AWS_ACCESS_KEY_ID", "lakecache"),
+        ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let table = format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://{bucket}/any/'");
+    fails_with_one_line(
+        &["--endpoint", &endpoint, "-c", &table],
+        &wrong,
+        "check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_reads_the_disk_tier_the_first_filled() {
+    for b in backends("cli_disk").into_iter().filter(|b| b.name == "s3") {
+        b.write(&LakeSpec::small_files(3)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let disk = format!("lakecache.range.disk_dir={}", dir.path().display());
+        let create = create(&b);
+        let sql = "SELECT category, count(*) AS n FROM t GROUP BY category";
+        let args = ["--set", disk.as_str(), "-c", create.as_str(), "-c", sql];
+        let first = lakecache_on(&b, &args);
+        let stderr = text(&first.stderr);
+        assert!(first.status.success(), "{stderr}");
+        let last = |s: &str| summaries(s).last().expect("a summary").to_string();
+        assert_eq!(figure(&last(&stderr), "disk"), 0, "{stderr}");
+        let second = lakecache_on(&b, &args);
+        let stderr = text(&second.stderr);
+        assert!(second.status.success(), "{stderr}");
+        let whole: u64 = summaries(&stderr).iter().map(|l| figure(l, "disk")).sum();
+        assert!(whole > 0, "{stderr}");
+        let from_store: u64 = summaries(&stderr).iter().map(|l| figure(l, "store")).sum();
+        assert_eq!(from_store, 0, "{stderr}");
+    }
+}
+
+#[test]
+fn the_prompt_prints_a_summary_after_each_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = "SELECT 1 AS a;\nSELECT no_such_column;\nSELECT 2\n  AS b;\n\\q\n";
+    let home = dir.path().display().to_string();
+    let out = lakecache_prompt(dir.path(), &[], &[("HOME", &home)], input);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("| 1 |") && stdout.contains("| 2 |"),
+        "{stdout}"
+    );
+    assert_eq!(
+        summaries(&stderr).len(),
+        3,
+        "one summary per statement, the failed one included:\n{stderr}"
+    );
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("lakecache: handles"))
+        .collect();
+    assert_eq!(errors.len(), 1, "the error on one line: {stderr}");
+    assert!(dir.path().join(".history").exists(), "history kept");
+}
+
+#[test]
+fn a_long_statement_shows_a_progress_line_on_stderr_and_erases_it() {
+    // Several seconds in a debug build on two cores; the line appears after one.
+    let sql = "SELECT count(*) AS n FROM generate_series(1, 100000000)";
+    let out = lakecache(&["-q", "--progress", "always", "-c", sql], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("lakecache: running") && stderr.contains("files opened"),
+        "{stderr:?}"
+    );
+    assert!(
+        stderr.ends_with("\r\x1b[2K"),
+        "erased at the end: {stderr:?}"
+    );
+    assert!(text(&out.stdout).contains("100000000"));
+    // Not on a pipe unless asked.
+    let out = lakecache(&["-q", "-c", "SELECT 1"], &[]);
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}
