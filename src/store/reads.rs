@@ -24,11 +24,23 @@ use object_store::{
 use super::Caches;
 use super::proofs::Proofs;
 use crate::metrics::{ScanMetrics, Source};
-use crate::object::{ObjectId, ObjectVersion, StoreKey, VersionChanged, version_changed};
+use crate::object::{
+    ObjectId, ObjectVersion, StoreKey, Validator, VersionChanged, version_changed,
+};
 
 /// The versioned reads of one store instance. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct StoreReads(Arc<ReadsInner>);
+pub(crate) struct StoreReads(Arc<ReadsInner>, Naming);
+
+/// Where the versions of the files a plan names come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// From the store: what its listing or HEAD showed (size, e_tag, modification time).
+    Store,
+    /// From a table log that names files written once (Delta Lake's `add` actions): path
+    /// and size name the bytes, whatever the plan's metadata leaves out.
+    Log,
+}
 
 pub(crate) struct ReadsInner {
     /// The store requests go to.
@@ -62,34 +74,46 @@ impl StoreReads {
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
         let proofs = Some(Proofs::new(caches.handles.config()));
-        Self(Arc::new(ReadsInner {
-            inner,
-            store,
-            caches,
-            caching: true,
-            local,
-            proofs,
-            if_match: AtomicBool::new(true),
-        }))
+        Self(
+            Arc::new(ReadsInner {
+                inner,
+                store,
+                caches,
+                caching: true,
+                local,
+                proofs,
+                if_match: AtomicBool::new(true),
+            }),
+            Naming::Store,
+        )
     }
 
     /// Versioned reads over a store this crate did not wrap (found neither in the session's
     /// registry nor the directory): guarded and checked, footers in the index cache, nothing
     /// recorded in the handle or range cache for it.
     pub(crate) fn foreign(inner: Arc<dyn ObjectStore>, store: StoreKey, caches: &Caches) -> Self {
-        Self(Arc::new(ReadsInner {
-            inner,
-            store,
-            caches: caches.clone(),
-            caching: false,
-            local: None,
-            proofs: None,
-            if_match: AtomicBool::new(true),
-        }))
+        Self(
+            Arc::new(ReadsInner {
+                inner,
+                store,
+                caches: caches.clone(),
+                caching: false,
+                local: None,
+                proofs: None,
+                if_match: AtomicBool::new(true),
+            }),
+            Naming::Store,
+        )
     }
 
     pub(super) fn from_inner(inner: Arc<ReadsInner>) -> Self {
-        Self(inner)
+        Self(inner, Naming::Store)
+    }
+
+    /// These reads for a plan whose files a table log names (see [`Naming::Log`]): their
+    /// versions need no e_tag, HEAD or listing.
+    pub(crate) fn named_by_log(&self) -> Self {
+        Self(self.0.clone(), Naming::Log)
     }
 
     pub(super) fn downgrade(&self) -> Weak<ReadsInner> {
@@ -125,6 +149,10 @@ impl StoreReads {
         meta: &ObjectMeta,
         scan: Option<&ScanMetrics>,
     ) -> ObjectVersion {
+        if self.1 == Naming::Log {
+            let (store, path) = (self.0.store.clone(), meta.location.clone());
+            return ObjectVersion::with_validator(store, path, meta.size, Validator::Immutable);
+        }
         if !self.0.caching {
             return ObjectVersion::new(self.0.store.clone(), meta);
         }
@@ -203,7 +231,6 @@ impl StoreReads {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
-        self.prove(version).await?;
         let version = &self.complete(version).await?;
         let read = async {
             if let Some(file) = self.local_file(version.path()) {
@@ -216,14 +243,25 @@ impl StoreReads {
             }
             let cache = &self.0.caches.ranges;
             if self.0.caching && cache.config().enabled {
-                let fetch = |gaps: Vec<Range<u64>>| async move { self.fetch(version, &gaps).await };
+                let fetched = AtomicBool::new(false);
+                let fetch = |gaps: Vec<Range<u64>>| {
+                    fetched.store(true, Relaxed);
+                    async move { self.fetch(version, &gaps).await }
+                };
                 // A version known by its time alone is completed by the responses (`fetch`
                 // records what they show), and its bytes kept under the completed version.
                 let keep_as = || Some(self.completed(version)).filter(|v| v.pins_bytes());
-                return cache
+                let bytes = cache
                     .read_through(version, ranges, scan, fetch, keep_as)
-                    .await;
+                    .await?;
+                // A read that went to the store was answered by it, which proves access; one
+                // served whole from the caches needs a proof before its bytes are returned.
+                if !fetched.load(Relaxed) {
+                    self.prove(version).await?;
+                }
+                return Ok(bytes);
             }
+            // Nothing kept is served here: the store's answer is the proof.
             let bytes = self.fetch(version, ranges).await?;
             count(scan, &bytes);
             Ok(bytes)
@@ -343,7 +381,9 @@ impl StoreReads {
                     if !version.matches(&response.meta) {
                         return Err(version_changed(version, Some(&response.meta)));
                     }
-                    if !version.pins_bytes() {
+                    if version.pins_bytes() {
+                        self.proved(path);
+                    } else {
                         // Learn the e_tag the plan's metadata lacked (see `complete`).
                         self.observe(&response.meta);
                     }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -210,14 +211,17 @@ impl AsyncFileReader for LakeReader {
         let span = range.clone();
         let load = async move { Ok(Some(file.get_one(span).await?)) };
         async move {
-            // Nothing cached is served before this store has shown it can read the file.
-            let file = &self.bytes;
-            file.reads.prove(&file.version).await.map_err(store_error)?;
             let (bytes, hit) = self
                 .index
                 .bloom_filter(&self.bytes.version, row_group, column, load)
                 .await
                 .map_err(external)?;
+            // Nothing cached is served before this store has shown it can read the file (a
+            // load read through it, which proves it).
+            let file = &self.bytes;
+            if hit {
+                file.reads.prove(&file.version).await.map_err(store_error)?;
+            }
             self.bytes.scan.index_lookup(true, hit);
             bytes.ok_or_else(|| ParquetError::General(format!("no bloom filter at {range:?}")))
         }
@@ -241,25 +245,33 @@ impl AsyncFileReader for LakeReader {
             .planning
             .as_ref()
             .and_then(|p| IndexCache::planned_footer(p.as_ref(), &file.version));
-        let load = async move {
-            if let Some(footer) = planned {
-                return Ok(footer);
+        let read_here = Arc::new(AtomicBool::new(false));
+        let load = {
+            let read_here = Arc::clone(&read_here);
+            async move {
+                if let Some(footer) = planned {
+                    return Ok(footer);
+                }
+                read_here.store(true, Relaxed);
+                let read = |range: Range<u64>| {
+                    let file = file.clone();
+                    async move { file.get_one(range).await }
+                };
+                load_footer(&file.version, hint, read).await
             }
-            let read = |range: Range<u64>| {
-                let file = file.clone();
-                async move { file.get_one(range).await }
-            };
-            load_footer(&file.version, hint, read).await
         };
         async move {
-            // Nothing cached is served before this store has shown it can read the file.
-            let file = &self.bytes;
-            file.reads.prove(&file.version).await.map_err(store_error)?;
             let (metadata, hit) = self
                 .index
                 .metadata(&self.bytes.version, load)
                 .await
                 .map_err(external)?;
+            // Nothing cached is served before this store has shown it can read the file: a
+            // footer read through it proves it, one from a cache needs a proof.
+            let file = &self.bytes;
+            if !read_here.load(Relaxed) {
+                file.reads.prove(&file.version).await.map_err(store_error)?;
+            }
             self.bytes.scan.index_lookup(false, hit);
             if let Some(lease) = &self.bytes.lease {
                 lease.footer_known(&metadata);
