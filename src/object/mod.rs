@@ -15,6 +15,8 @@
 //! at the version asked for, it fails with [`version_changed`]: an
 //! [`object_store::Error::Precondition`] naming the path and both versions.
 
+mod lifecycle;
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -22,6 +24,8 @@ use chrono::{DateTime, Utc};
 use object_store::ObjectMeta;
 use object_store::path::Path;
 use url::Url;
+
+pub(crate) use lifecycle::{Lifecycle, listing_changes};
 
 /// The namespace a store serves: the scheme, host and port of the URL it is registered under
 /// (`s3://bucket`, `file://`, `http://host:8080`), whatever path the URL was written with.

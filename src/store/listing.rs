@@ -2,6 +2,9 @@
 //! listing streamed from the store is recorded as it goes, so every object it shows is known
 //! by its version when a reader asks for it.
 //!
+//! Listings of a table log ([`listing_changes`]) always come from the store, since they show
+//! new commits; what they show is still recorded.
+//!
 //! A listing races with writes: a page fetched before a write through the wrapper but
 //! consumed after it shows the old version. Every record therefore carries the cache's
 //! invalidation epoch from when the listing began; after an invalidation, the rest of that
@@ -16,6 +19,7 @@ use object_store::{ListResult, ObjectMeta, Result};
 use super::StoreReads;
 use super::reads::naming;
 use crate::handle::{ListKey, ListKind, Listing};
+use crate::object::listing_changes;
 
 impl StoreReads {
     fn list_key(&self, prefix: Option<&Path>, kind: ListKind) -> ListKey {
@@ -40,12 +44,13 @@ impl StoreReads {
         };
         let key = self.list_key(prefix, kind);
         let handles = &self.caches().handles;
-        if let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
+        let changes = listing_changes(prefix);
+        if !changes && let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
             return stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed();
         }
         let what = format!("listing {}", prefix.map_or("", |p| p.as_ref()));
         let listing = listing().map(move |item| item.map_err(|e| naming(e, &what)));
-        self.recording(key, listing.boxed())
+        self.recording((!changes).then_some(key), listing.boxed())
     }
 
     /// A delimited listing of `prefix`: from the cache, or from `listing` (called only on a
@@ -60,7 +65,8 @@ impl StoreReads {
     {
         let key = self.list_key(prefix, ListKind::Delimited);
         let handles = &self.caches().handles;
-        if let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
+        let changes = listing_changes(prefix);
+        if !changes && let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
             return Ok(cached.to_list_result());
         }
         let epoch = handles.epoch();
@@ -68,6 +74,9 @@ impl StoreReads {
         let result = listing().await.map_err(|e| naming(e, what()))?;
         for meta in &result.objects {
             self.observe_listed(meta, epoch);
+        }
+        if changes {
+            return Ok(result);
         }
         self.proved_listing(&key);
         let listing = Listing {
@@ -78,11 +87,11 @@ impl StoreReads {
         Ok(result)
     }
 
-    /// Passes a listing through while recording it; a listing that completes without error
-    /// and without an invalidation since it began is cached.
+    /// Passes a listing through while recording what it shows; with a `key`, a listing that
+    /// completes without error and without an invalidation since it began is cached.
     fn recording(
         &self,
-        key: ListKey,
+        key: Option<ListKey>,
         listing: BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
         struct State {
@@ -95,8 +104,8 @@ impl StoreReads {
         let state = State {
             listing,
             reads: self.clone(),
-            seen: Some(Vec::new()),
-            key: Some(key),
+            seen: key.as_ref().map(|_| Vec::new()),
+            key,
             epoch: self.caches().handles.epoch(),
         };
         stream::unfold(state, |mut s| async move {

@@ -21,7 +21,7 @@ use url::Url;
 
 use super::{Caches, StoreReads};
 use crate::handle::HandleCache;
-use crate::object::{ObjectVersion, StoreKey};
+use crate::object::{Lifecycle, ObjectVersion, StoreKey};
 use crate::stats::HandleStats;
 
 /// Ids of wrappers, shown in their `Display` so a `dyn ObjectStore` can be recognised.
@@ -275,6 +275,12 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        let lifecycle = Lifecycle::of(location);
+        if lifecycle == Lifecycle::ChangesInPlace {
+            // Nothing of it is kept: the next read must see the next rewrite.
+            self.forget(location);
+            return self.inner.get_opts(location, options).await;
+        }
         if !is_unconditional(&options) {
             let result = self.inner.get_opts(location, options).await;
             return self.observe(location, result, |r| &r.meta);
@@ -286,14 +292,22 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             }
             return self.head_inner(location).await.map(head_result);
         }
-        let Some(range) = options.range.clone() else {
-            // A whole-object read is one request: it cannot mix versions.
-            let result = self.inner.get_opts(location, options).await;
-            return self.observe(location, result, |r| &r.meta);
+        let range = match options.range.clone() {
+            Some(range) => range,
+            // A file written once (a table log's commit) is read whole again and again: kept.
+            None if lifecycle == Lifecycle::WrittenOnce => GetRange::Offset(0),
+            None => {
+                // A whole-object read is one request: it cannot mix versions.
+                let result = self.inner.get_opts(location, options).await;
+                return self.observe(location, result, |r| &r.meta);
+            }
         };
         let Some(version) = self.version_for_read(location).await? else {
             return self.inner.get_opts(location, options).await;
         };
+        if version.size() == 0 {
+            return self.inner.get_opts(location, options).await;
+        }
         let wanted = bounded(&range, location, version.size())?;
         let mut bytes = self
             .reads
