@@ -7,6 +7,8 @@
 // planner); `sql` (what `install` puts into a session); and `lake` (`LakeCache`) on top.
 
 pub mod config;
+#[cfg(feature = "delta")]
+pub mod delta;
 #[doc(hidden)]
 pub mod fuzz;
 mod handle;

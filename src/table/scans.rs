@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::physical_plan::{
     FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
 };
@@ -12,7 +12,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 
 use super::LakeReaderFactory;
 use crate::config::{LakeOptions, Settings};
@@ -65,7 +65,7 @@ impl ScanCaches {
         runtime: &Arc<RuntimeEnv>,
         prefetch: bool,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        map_parquet_scans(plan, |config, source| {
+        let scan = |config: &FileScanConfig, source: &ParquetSource, by_log: bool| {
             let Some(current) = source.parquet_file_reader_factory() else {
                 return Ok(None);
             };
@@ -79,6 +79,7 @@ impl ScanCaches {
                 return Ok(None);
             }
             let reads = self.reads(runtime, &config.object_store_url)?;
+            let reads = if by_log { reads.named_by_log() } else { reads };
             let planning = Some(runtime.cache_manager.get_file_metadata_cache());
             let prefetcher = match prefetch {
                 true => self.prefetcher(config, source, options, runtime, &reads),
@@ -86,8 +87,9 @@ impl ScanCaches {
             };
             let index = self.caches.index.clone();
             let factory = LakeReaderFactory::new(reads, index, planning, prefetcher);
-            Ok(Some(Arc::new(factory)))
-        })
+            Ok(Some(Arc::new(factory) as Arc<dyn ParquetFileReaderFactory>))
+        };
+        map_parquet_scans(plan, false, &scan)
     }
 
     fn prefetcher(
@@ -115,20 +117,45 @@ impl ScanCaches {
     }
 }
 
-/// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces (`Some`), leaving
-/// the rest of the scan (projection, predicate, files) as it was.
+/// What gives a Parquet scan its reader factory: its config, its source, and whether a table
+/// log names its files (`Some` replaces the factory).
+type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, bool) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>
+    + 'a;
+
+/// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces, leaving the rest
+/// of the scan (projection, predicate, files) as it was. Below a table format's scan
+/// ([`names_files_by_log`]) the files are the log's; if that scan refuses its rebuilt
+/// inputs (Delta's with deletion vectors checks that they are the ones it planned), it keeps
+/// them, and its reads still go through the store wrapper's caches.
 fn map_parquet_scans(
     plan: Arc<dyn ExecutionPlan>,
-    f: impl Fn(&FileScanConfig, &ParquetSource) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>,
+    by_log: bool,
+    f: &ScanRewrite<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    plan.transform_up(|node| {
+    plan.transform_down(|node| {
+        if !by_log && names_files_by_log(node.as_ref()) {
+            let children = node
+                .children()
+                .into_iter()
+                .map(|child| map_parquet_scans(Arc::clone(child), true, f))
+                .collect::<Result<Vec<_>>>()?;
+            let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+            let rebuilt = match Arc::clone(&node).replace_children(children, options) {
+                Ok(rebuilt) => rebuilt,
+                Err(e) => {
+                    log::debug!("{} keeps its own Parquet scans: {e}", node.name());
+                    node
+                }
+            };
+            return Ok(Transformed::new(rebuilt, true, TreeNodeRecursion::Jump));
+        }
         let Some((config, source)) = node
             .downcast_ref::<DataSourceExec>()
             .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
         else {
             return Ok(Transformed::no(node));
         };
-        let Some(factory) = f(config, source)? else {
+        let Some(factory) = f(config, source, by_log)? else {
             return Ok(Transformed::no(node));
         };
         let source = source.clone().with_parquet_file_reader_factory(factory);
@@ -140,6 +167,17 @@ fn map_parquet_scans(
         ))
     })
     .map(|t| t.data)
+}
+
+/// Whether `plan` is a table format's scan whose files its log names, written once: Delta
+/// Lake's, with the `delta` feature.
+fn names_files_by_log(plan: &dyn ExecutionPlan) -> bool {
+    #[cfg(feature = "delta")]
+    if crate::delta::is_delta_scan(plan) {
+        return true;
+    }
+    let _ = plan;
+    false
 }
 
 /// Whether the scan reads encrypted Parquet.

@@ -1,0 +1,90 @@
+//! Delta Lake tables (deltalake-core) read through the caches, with the `delta` feature.
+//!
+//! A Delta table registered in an installed session needs nothing from delta-rs to be cached:
+//!
+//! - its scans resolve the table's store from the session's registry, which hands out a
+//!   [`CachingObjectStore`]: handle, index and range caching for data files, deletion
+//!   vectors, checkpoints and commits read at scan time;
+//! - the physical rule recognises delta-rs's `DeltaScanExec` and gives the Parquet scans
+//!   below it readers whose file versions come from the log (path and size of each `add`
+//!   action; Delta never rewrites a data file in place), so a scan needs no HEAD, and the
+//!   prefetcher keeps downloads in flight as for any other scan. A scan of a table with
+//!   deletion vectors checks that its Parquet inputs are the ones it planned; it keeps them,
+//!   and its files are read through the store wrapper (one HEAD per file per handle TTL);
+//! - the store wrapper serves a table log as the protocol allows: the `_delta_log/` listing
+//!   and `_last_checkpoint` always from the store (a new commit is seen by the next snapshot
+//!   load), commits, checkpoints and checksum files, written once, from the caches.
+//!
+//! Snapshot loading goes through the table's log store, which delta-rs builds from its own
+//! object store, not the session's registry: [`table_builder`] makes a `DeltaTableBuilder`
+//! whose log store reads through the same caches.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use datafusion::execution::SessionStateBuilder;
+//! use datafusion::prelude::SessionContext;
+//! use datafusion_lakecache::LakeCache;
+//! use object_store::local::LocalFileSystem;
+//! use url::Url;
+//!
+//! let lake = LakeCache::builder().build()?;
+//! let ctx = SessionContext::new_with_state(lake.install(SessionStateBuilder::new())?.build());
+//! let url = Url::parse("file:///data/sales/")?;
+//! let table = datafusion_lakecache::delta::table_builder(&lake, &url, Arc::new(LocalFileSystem::new()))?
+//!     .load()
+//!     .await?;
+//! ctx.register_table("sales", table.table_provider().await?)?;
+//! ctx.sql("SELECT count(*) FROM sales").await?.show().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+
+use datafusion::physical_plan::ExecutionPlan;
+use deltalake_core::delta_datafusion::DeltaScanExec;
+use deltalake_core::{DeltaResult, DeltaTableBuilder, DeltaTableError};
+use object_store::ObjectStore;
+use url::Url;
+
+use crate::store::{Caches, CachingObjectStore};
+
+/// A `DeltaTableBuilder` for the table at `table_url` whose log store reads through the
+/// caches of `lake`: `store` is the store of the URL's root (the bucket, or `file:///`), as
+/// a session would register it; a [`CachingObjectStore`] is used as it is.
+///
+/// For `s3://`, `gs://` and `az://` URLs delta-rs needs the log store of that scheme
+/// registered (`deltalake_aws::register_handlers` and the like), as it does without the
+/// caches.
+pub fn table_builder(
+    lake: &impl AsRef<Caches>,
+    table_url: &Url,
+    store: Arc<dyn ObjectStore>,
+) -> DeltaResult<DeltaTableBuilder> {
+    let caches: &Caches = lake.as_ref();
+    let root = root_of(table_url)?;
+    let store = match caches.directory.find(&store) {
+        Some(_) => store,
+        None => Arc::new(CachingObjectStore::new(store, &root, caches)) as Arc<dyn ObjectStore>,
+    };
+    Ok(DeltaTableBuilder::from_url(table_url.clone())?
+        .with_storage_backend(store, table_url.clone()))
+}
+
+/// The URL of the store root `table_url` is in: its scheme, host and port.
+fn root_of(table_url: &Url) -> DeltaResult<Url> {
+    let mut root = table_url.clone();
+    root.set_path("/");
+    root.set_query(None);
+    root.set_fragment(None);
+    if root.cannot_be_a_base() {
+        return Err(DeltaTableError::InvalidTableLocation(table_url.to_string()));
+    }
+    Ok(root)
+}
+
+/// Whether `plan` is delta-rs's scan of a Delta table.
+pub(crate) fn is_delta_scan(plan: &dyn ExecutionPlan) -> bool {
+    plan.downcast_ref::<DeltaScanExec>().is_some()
+}

@@ -1,0 +1,460 @@
+//! Delta Lake tables through the caches (`delta` feature), on a local directory and on the S3
+//! server: after every commit (appends, a delete, an overwrite, a checkpoint) an installed
+//! session answers exactly what delta-rs answers alone; repeated queries of an unchanged
+//! table make no request; a new commit is seen by the next snapshot load.
+#![cfg(feature = "delta")]
+
+mod common;
+
+use std::sync::{Arc, Once};
+
+use common::{Backend, Cached, Counted, backends, rows};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionContext;
+use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::lake::{LakeSpec, file_batch};
+use deltalake_core::logstore::{
+    LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig, default_logstore, logstore_factories,
+};
+use deltalake_core::protocol::SaveMode;
+use deltalake_core::{DeltaResult, DeltaTable, DeltaTableBuilder};
+use object_store::{ObjectStore, ObjectStoreExt};
+use url::Url;
+
+/// Queries with filters, projections and aggregates.
+const QUERIES: [&str; 5] = [
+    "SELECT count(*), sum(id), min(name), max(name) FROM t",
+    "SELECT id, name, value FROM t WHERE id BETWEEN 1200 AND 1260",
+    "SELECT category, count(*), round(sum(value), 3) FROM t GROUP BY category",
+    "SELECT name FROM t WHERE category = 'beta' AND id % 97 = 1",
+    "SELECT count(*) FROM t WHERE note IS NULL",
+];
+
+/// delta-rs's log store for `s3://` lives in deltalake-aws; the tests' S3 server takes
+/// put-if-absent commits, so the default log store serves.
+struct DefaultLogStores;
+
+impl LogStoreFactory for DefaultLogStores {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> DeltaResult<Arc<dyn LogStore>> {
+        Ok(default_logstore(
+            prefixed_store,
+            root_store,
+            location,
+            options,
+        ))
+    }
+}
+
+fn register_s3_log_store() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let s3 = Url::parse("s3://").unwrap();
+        if !logstore_factories().contains_key(&s3) {
+            logstore_factories().insert(s3, Arc::new(DefaultLogStores));
+        }
+    });
+}
+
+fn table_url(b: &Backend) -> Url {
+    Url::parse(&b.table_url()).unwrap()
+}
+
+/// The rows of generated file `index`, without the timestamp column (Delta's `timestamp`
+/// type is UTC-adjusted; the generator's is not).
+fn batch(index: usize) -> RecordBatch {
+    let spec = LakeSpec::small_files(index + 1);
+    file_batch(&spec, index).project(&[0, 1, 2, 3, 5]).unwrap()
+}
+
+/// The table as delta-rs alone reads and writes it, over the raw store.
+fn uncached(b: &Backend) -> DeltaTable {
+    register_s3_log_store();
+    let url = table_url(b);
+    DeltaTableBuilder::from_url(url.clone())
+        .unwrap()
+        .with_storage_backend(Arc::clone(&b.raw), url)
+        .build()
+        .unwrap()
+}
+
+/// The table loaded through `lake`'s caches over `counted`.
+async fn cached(b: &Backend, lake: &LakeCache, counted: &Arc<Counted>) -> DeltaTable {
+    register_s3_log_store();
+    let store = Arc::clone(counted) as Arc<dyn ObjectStore>;
+    datafusion_lakecache::delta::table_builder(lake, &table_url(b), store)
+        .unwrap()
+        .load()
+        .await
+        .unwrap()
+}
+
+/// A session installed from `lake` where `t` is `table`, read through `store`.
+async fn installed(
+    b: &Backend,
+    lake: &LakeCache,
+    store: &Arc<Cached>,
+    table: &DeltaTable,
+) -> SessionContext {
+    let builder = SessionStateBuilder::new().with_default_features();
+    let ctx = SessionContext::new_with_state(lake.install(builder).unwrap().build());
+    ctx.register_object_store(&b.store_url, Arc::clone(store) as Arc<dyn ObjectStore>);
+    ctx.register_table("t", table.table_provider().await.unwrap())
+        .unwrap();
+    ctx
+}
+
+/// What delta-rs alone answers for every query, at the table's latest version.
+async fn expected(b: &Backend) -> Vec<Vec<String>> {
+    let mut table = uncached(b);
+    table.load().await.unwrap();
+    let ctx = SessionContext::new();
+    ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
+    ctx.register_table("t", table.table_provider().await.unwrap())
+        .unwrap();
+    let mut all = Vec::new();
+    for sql in QUERIES {
+        all.push(rows(&ctx, sql).await.unwrap());
+    }
+    all
+}
+
+async fn check(b: &Backend, lake: &LakeCache, counted: &Arc<Counted>, after: &str) {
+    let want = expected(b).await;
+    // Twice, each in a new session over a new snapshot load: cold, then from the caches.
+    let store = b.cached(counted, lake);
+    for round in 0..2 {
+        let table = cached(b, lake, counted).await;
+        let ctx = installed(b, lake, &store, &table).await;
+        for (sql, want) in QUERIES.iter().zip(&want) {
+            let got = rows(&ctx, sql).await.unwrap();
+            assert_eq!(
+                &got, want,
+                "{}: after {after}, round {round}: {sql}",
+                b.name
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_commit_reads_as_delta_rs_reads_it() {
+    for b in backends("delta_commits") {
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let table = uncached(&b).write(vec![batch(0)]).await.unwrap();
+        check(&b, &lake, &counted, "the first write").await;
+        let table = table
+            .write(vec![batch(1), batch(2)])
+            .with_save_mode(SaveMode::Append)
+            .await
+            .unwrap();
+        check(&b, &lake, &counted, "an append").await;
+        let (table, _) = table.delete().with_predicate("id % 5 = 0").await.unwrap();
+        check(&b, &lake, &counted, "a delete").await;
+        let table = table
+            .write(vec![batch(3)])
+            .with_save_mode(SaveMode::Overwrite)
+            .await
+            .unwrap();
+        check(&b, &lake, &counted, "an overwrite").await;
+        deltalake_core::checkpoints::create_checkpoint(&table, None)
+            .await
+            .unwrap();
+        check(&b, &lake, &counted, "a checkpoint").await;
+        table
+            .write(vec![batch(4)])
+            .with_save_mode(SaveMode::Append)
+            .await
+            .unwrap();
+        check(&b, &lake, &counted, "an append after the checkpoint").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_queries_of_an_unchanged_table_make_no_request() {
+    for b in backends("delta_repeated") {
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let mut table = uncached(&b).write(vec![batch(0)]).await.unwrap();
+        for i in 1..4 {
+            table = table
+                .write(vec![batch(i)])
+                .with_save_mode(SaveMode::Append)
+                .await
+                .unwrap();
+        }
+        deltalake_core::checkpoints::create_checkpoint(&table, None)
+            .await
+            .unwrap();
+        table
+            .write(vec![batch(4)])
+            .with_save_mode(SaveMode::Append)
+            .await
+            .unwrap();
+
+        // The first load and queries read the log and the files: no HEAD for a data file
+        // (their versions come from the log).
+        let table = cached(&b, &lake, &counted).await;
+        // One store for the process's sessions, as a server registers it: it has shown it
+        // can read each file once (a store made per session proves it again, with one HEAD
+        // per file; see docs/architecture.md, Tenants).
+        let store = b.cached(&counted, &lake);
+        let first = installed(&b, &lake, &store, &table).await;
+        counted.reset();
+        for sql in QUERIES {
+            rows(&first, sql).await.unwrap();
+        }
+        let cold = counted.counts();
+        if b.name != "local" {
+            // (Local data files are read through cached descriptors, not the counted store.)
+            assert!(cold.get > 0, "{}: {cold:?}", b.name);
+            // The rule gave the Delta scan its prefetcher.
+            let prefetch = lake.stats().prefetch;
+            assert!(prefetch.requests > 0, "{}: {prefetch:?}", b.name);
+        }
+        assert_eq!(cold.head, 0, "{}: no HEAD: {cold:?}", b.name);
+
+        // The same snapshot in a new session: nothing reaches the store.
+        counted.reset();
+        let again = installed(&b, &lake, &store, &table).await;
+        for sql in QUERIES {
+            rows(&again, sql).await.unwrap();
+        }
+        let warm = counted.counts();
+        assert_eq!(
+            (warm.head, warm.list, warm.get),
+            (0, 0, 0),
+            "{}: {warm:?} {:?}",
+            b.name,
+            counted.gets()
+        );
+
+        // A new snapshot load of the unchanged table asks the store only what may have
+        // changed: `_last_checkpoint` and the log's listing; commits and the checkpoint come
+        // from the caches.
+        counted.reset();
+        let reloaded = cached(&b, &lake, &counted).await;
+        let ctx = installed(&b, &lake, &store, &reloaded).await;
+        for sql in QUERIES {
+            rows(&ctx, sql).await.unwrap();
+        }
+        if b.name == "local" {
+            // Bytes of local files are not kept (they are read through cached descriptors).
+            continue;
+        }
+        let gets: Vec<String> = counted
+            .gets()
+            .into_iter()
+            .map(|(path, _)| path.to_string())
+            .collect();
+        assert!(
+            gets.iter()
+                .all(|p| p.ends_with("_delta_log/_last_checkpoint")),
+            "{}: only the pointer to the checkpoint is read again: {gets:?}",
+            b.name
+        );
+        assert_eq!(counted.counts().head, 0, "{}", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_commit_is_seen_by_the_next_load() {
+    for b in backends("delta_new_commit") {
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let table = uncached(&b).write(vec![batch(0)]).await.unwrap();
+        let count = "SELECT count(*) FROM t";
+        let store = b.cached(&counted, &lake);
+        let loaded = cached(&b, &lake, &counted).await;
+        let ctx = installed(&b, &lake, &store, &loaded).await;
+        let before = rows(&ctx, count).await.unwrap();
+
+        table
+            .write(vec![batch(1)])
+            .with_save_mode(SaveMode::Append)
+            .await
+            .unwrap();
+        // Well within the handle TTL and the listing TTL: the next load sees the commit.
+        let reloaded = cached(&b, &lake, &counted).await;
+        assert_eq!(reloaded.version(), Some(1), "{}", b.name);
+        let ctx = installed(&b, &lake, &store, &reloaded).await;
+        let after = rows(&ctx, count).await.unwrap();
+        assert_ne!(before, after, "{}", b.name);
+        let want = {
+            let ctx = SessionContext::new();
+            ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
+            let mut t = uncached(&b);
+            t.load().await.unwrap();
+            ctx.register_table("t", t.table_provider().await.unwrap())
+                .unwrap();
+            rows(&ctx, count).await.unwrap()
+        };
+        assert_eq!(after, want, "{}", b.name);
+    }
+}
+
+/// The `add` actions of the table's live files after commit `version`, from its JSON
+/// commits (the table has no checkpoint yet).
+async fn live_adds(b: &Backend, version: i64) -> Vec<serde_json::Value> {
+    let mut live: Vec<(String, serde_json::Value)> = Vec::new();
+    for v in 0..=version {
+        let path = object_store::path::Path::from(format!("{}/_delta_log/{v:020}.json", b.prefix));
+        let bytes = b.raw.get(&path).await.unwrap().bytes().await.unwrap();
+        for line in std::str::from_utf8(&bytes).unwrap().lines() {
+            let action: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(add) = action.get("add") {
+                live.push((add["path"].as_str().unwrap().to_string(), add.clone()));
+            }
+            if let Some(remove) = action.get("remove") {
+                live.retain(|(p, _)| p != remove["path"].as_str().unwrap());
+            }
+        }
+    }
+    live.into_iter().map(|(_, add)| add).collect()
+}
+
+/// Deletes the rows whose id `deleted` picks with deletion vectors, in commit `version` + 1,
+/// as a Delta writer that writes them would (delta-rs 1.1 rewrites files instead): the
+/// protocol gains the `deletionVectors` feature, and each file with deleted rows is removed
+/// and added again with its vector, kept in one `deletion_vector_<uuid>.bin` file. Returns
+/// how many rows it deleted.
+async fn delete_with_deletion_vectors(
+    b: &Backend,
+    version: i64,
+    deleted: fn(i64) -> bool,
+) -> usize {
+    use buoyant_kernel::actions::deletion_vector_writer::{
+        KernelDeletionVector, StreamingDeletionVectorWriter,
+    };
+    use datafusion::arrow::array::{Array, Int64Array};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let uuid = uuid::Uuid::new_v4();
+    let mut dv_file = Vec::new();
+    let mut writer = StreamingDeletionVectorWriter::new(&mut dv_file);
+    let now = 1_700_000_000_000i64;
+    let mut lines = vec![serde_json::json!({"protocol": {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["deletionVectors"],
+        "writerFeatures": ["deletionVectors"],
+    }})];
+    let mut total = 0;
+    for add in live_adds(b, version).await {
+        let name = add["path"].as_str().unwrap();
+        let path = object_store::path::Path::from(format!("{}/{name}", b.prefix));
+        let bytes = b.raw.get(&path).await.unwrap().bytes().await.unwrap();
+        let mut rows = Vec::new();
+        let mut position = 0u64;
+        for batch in ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap()
+        {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .clone();
+            for i in 0..ids.len() {
+                if deleted(ids.value(i)) {
+                    rows.push(position);
+                }
+                position += 1;
+            }
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        total += rows.len();
+        let mut dv = KernelDeletionVector::new();
+        dv.add_deleted_row_indexes(rows);
+        let written = writer.write_deletion_vector(dv).unwrap();
+        lines.push(serde_json::json!({"remove": {
+            "path": name,
+            "deletionTimestamp": now,
+            "dataChange": true,
+            "extendedFileMetadata": true,
+            "partitionValues": add["partitionValues"],
+            "size": add["size"],
+        }}));
+        let mut again = add.clone();
+        again["dataChange"] = serde_json::json!(true);
+        again["deletionVector"] = serde_json::json!({
+            "storageType": "u",
+            "pathOrInlineDv": z85::encode(uuid.as_bytes()),
+            "offset": written.offset,
+            "sizeInBytes": written.size_in_bytes,
+            "cardinality": written.cardinality,
+        });
+        lines.push(serde_json::json!({ "add": again }));
+    }
+    writer.finalize().unwrap();
+    lines.push(serde_json::json!({"commitInfo": {"timestamp": now, "operation": "DELETE"}}));
+    let dv_path =
+        object_store::path::Path::from(format!("{}/deletion_vector_{uuid}.bin", b.prefix));
+    b.raw.put(&dv_path, dv_file.into()).await.unwrap();
+    let commit: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let commit_path =
+        object_store::path::Path::from(format!("{}/_delta_log/{:020}.json", b.prefix, version + 1));
+    b.raw.put(&commit_path, commit.into()).await.unwrap();
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_with_deletion_vectors_reads_as_delta_rs_reads_it() {
+    for b in backends("delta_dv") {
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let table = uncached(&b).write(vec![batch(0)]).await.unwrap();
+        table
+            .write(vec![batch(1), batch(2)])
+            .with_save_mode(SaveMode::Append)
+            .await
+            .unwrap();
+        let before = expected(&b).await;
+        let deleted = delete_with_deletion_vectors(&b, 1, |id| id % 7 == 3).await;
+        assert!(deleted > 0);
+        let after = expected(&b).await;
+        // delta-rs applies the vectors: the count (the first figure of the first query's
+        // row) dropped by exactly the deleted rows.
+        let n = |rows: &[String]| -> usize {
+            rows.iter()
+                .find_map(|l| l.split('|').nth(1)?.trim().parse().ok())
+                .unwrap()
+        };
+        assert_eq!(n(&before[0]) - n(&after[0]), deleted, "{}", b.name);
+        check(&b, &lake, &counted, "a delete with deletion vectors").await;
+
+        // Repeated queries of the unchanged table: nothing reaches the store.
+        let table = cached(&b, &lake, &counted).await;
+        let store = b.cached(&counted, &lake);
+        let first = installed(&b, &lake, &store, &table).await;
+        for sql in QUERIES {
+            rows(&first, sql).await.unwrap();
+        }
+        counted.reset();
+        let again = installed(&b, &lake, &store, &table).await;
+        for sql in QUERIES {
+            rows(&again, sql).await.unwrap();
+        }
+        let warm = counted.counts();
+        assert_eq!(
+            (warm.head, warm.list, warm.get),
+            (0, 0, 0),
+            "{}: {warm:?} {:?}",
+            b.name,
+            counted.gets()
+        );
+    }
+}
