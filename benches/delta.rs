@@ -18,13 +18,11 @@ use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::delta::register_s3_log_store;
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_batch};
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore, RequestCounts};
-use deltalake_core::logstore::{
-    LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig, default_logstore, logstore_factories,
-};
 use deltalake_core::protocol::SaveMode;
-use deltalake_core::{DeltaResult, DeltaTable, DeltaTableBuilder};
+use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
@@ -40,27 +38,6 @@ const QUERIES: [(&str, &str); 2] = [
         "SELECT id, name, value FROM t WHERE id BETWEEN 400000 AND 400500",
     ),
 ];
-
-/// The default log store for the simulated `s3://` store (deltalake-aws would bring the
-/// real one; the commits here are written before the timings).
-struct DefaultLogStores;
-
-impl LogStoreFactory for DefaultLogStores {
-    fn with_options(
-        &self,
-        prefixed_store: ObjectStoreRef,
-        root_store: ObjectStoreRef,
-        location: &Url,
-        options: &StorageConfig,
-    ) -> DeltaResult<Arc<dyn LogStore>> {
-        Ok(default_logstore(
-            prefixed_store,
-            root_store,
-            location,
-            options,
-        ))
-    }
-}
 
 type Remote = CountingStore<Arc<dyn ObjectStore>>;
 
@@ -132,10 +109,7 @@ async fn main() -> Result<()> {
     let runs = arg("--runs", 4) as usize;
     let bandwidth = arg("--gbit", 1) * 125_000_000;
     let latency = Duration::from_millis(25);
-    let s3 = Url::parse("s3://").expect("static URL");
-    if !logstore_factories().contains_key(&s3) {
-        logstore_factories().insert(s3, Arc::new(DefaultLogStores));
-    }
+    register_s3_log_store();
 
     // The table, written by delta-rs alone into an in-memory store (sorted listings, as
     // object stores give them).

@@ -6,19 +6,17 @@
 
 mod common;
 
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use common::{Backend, Cached, Counted, backends, rows};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::delta::register_s3_log_store;
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_batch};
-use deltalake_core::logstore::{
-    LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig, default_logstore, logstore_factories,
-};
 use deltalake_core::protocol::SaveMode;
-use deltalake_core::{DeltaResult, DeltaTable, DeltaTableBuilder};
+use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
@@ -30,37 +28,6 @@ const QUERIES: [&str; 5] = [
     "SELECT name FROM t WHERE category = 'beta' AND id % 97 = 1",
     "SELECT count(*) FROM t WHERE note IS NULL",
 ];
-
-/// delta-rs's log store for `s3://` lives in deltalake-aws; the tests' S3 server takes
-/// put-if-absent commits, so the default log store serves.
-struct DefaultLogStores;
-
-impl LogStoreFactory for DefaultLogStores {
-    fn with_options(
-        &self,
-        prefixed_store: ObjectStoreRef,
-        root_store: ObjectStoreRef,
-        location: &Url,
-        options: &StorageConfig,
-    ) -> DeltaResult<Arc<dyn LogStore>> {
-        Ok(default_logstore(
-            prefixed_store,
-            root_store,
-            location,
-            options,
-        ))
-    }
-}
-
-fn register_s3_log_store() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let s3 = Url::parse("s3://").unwrap();
-        if !logstore_factories().contains_key(&s3) {
-            logstore_factories().insert(s3, Arc::new(DefaultLogStores));
-        }
-    });
-}
 
 fn table_url(b: &Backend) -> Url {
     Url::parse(&b.table_url()).unwrap()
@@ -108,6 +75,25 @@ async fn installed(
     ctx.register_table("t", table.table_provider().await.unwrap())
         .unwrap();
     ctx
+}
+
+/// Runs every query of [`QUERIES`] in `ctx`.
+async fn run_all(ctx: &SessionContext) {
+    for sql in QUERIES {
+        rows(ctx, sql).await.unwrap();
+    }
+}
+
+/// Asserts that no request reached `counted` since its last reset.
+fn assert_no_requests(b: &Backend, counted: &Counted) {
+    let c = counted.counts();
+    assert_eq!(
+        (c.head, c.list, c.get),
+        (0, 0, 0),
+        "{}: {c:?} {:?}",
+        b.name,
+        counted.gets()
+    );
 }
 
 /// What delta-rs alone answers for every query, at the table's latest version.
@@ -208,9 +194,7 @@ async fn repeated_queries_of_an_unchanged_table_make_no_request() {
         let store = b.cached(&counted, &lake);
         let first = installed(&b, &lake, &store, &table).await;
         counted.reset();
-        for sql in QUERIES {
-            rows(&first, sql).await.unwrap();
-        }
+        run_all(&first).await;
         let cold = counted.counts();
         if b.name != "local" {
             // (Local data files are read through cached descriptors, not the counted store.)
@@ -224,17 +208,8 @@ async fn repeated_queries_of_an_unchanged_table_make_no_request() {
         // The same snapshot in a new session: nothing reaches the store.
         counted.reset();
         let again = installed(&b, &lake, &store, &table).await;
-        for sql in QUERIES {
-            rows(&again, sql).await.unwrap();
-        }
-        let warm = counted.counts();
-        assert_eq!(
-            (warm.head, warm.list, warm.get),
-            (0, 0, 0),
-            "{}: {warm:?} {:?}",
-            b.name,
-            counted.gets()
-        );
+        run_all(&again).await;
+        assert_no_requests(&b, &counted);
 
         // A new snapshot load of the unchanged table asks the store only what may have
         // changed: `_last_checkpoint` and the log's listing; commits and the checkpoint come
@@ -242,9 +217,7 @@ async fn repeated_queries_of_an_unchanged_table_make_no_request() {
         counted.reset();
         let reloaded = cached(&b, &lake, &counted).await;
         let ctx = installed(&b, &lake, &store, &reloaded).await;
-        for sql in QUERIES {
-            rows(&ctx, sql).await.unwrap();
-        }
+        run_all(&ctx).await;
         if b.name == "local" {
             // Bytes of local files are not kept (they are read through cached descriptors).
             continue;
@@ -440,21 +413,10 @@ async fn a_table_with_deletion_vectors_reads_as_delta_rs_reads_it() {
         let table = cached(&b, &lake, &counted).await;
         let store = b.cached(&counted, &lake);
         let first = installed(&b, &lake, &store, &table).await;
-        for sql in QUERIES {
-            rows(&first, sql).await.unwrap();
-        }
+        run_all(&first).await;
         counted.reset();
         let again = installed(&b, &lake, &store, &table).await;
-        for sql in QUERIES {
-            rows(&again, sql).await.unwrap();
-        }
-        let warm = counted.counts();
-        assert_eq!(
-            (warm.head, warm.list, warm.get),
-            (0, 0, 0),
-            "{}: {warm:?} {:?}",
-            b.name,
-            counted.gets()
-        );
+        run_all(&again).await;
+        assert_no_requests(&b, &counted);
     }
 }

@@ -30,21 +30,19 @@ pub(crate) enum Lifecycle {
 impl Lifecycle {
     /// How the object at `path` changes.
     pub(crate) fn of(path: &Path) -> Self {
-        let parts: Vec<_> = path.parts().collect();
-        let Some((name, folders)) = parts.split_last() else {
-            return Self::Unknown;
-        };
-        let name = name.as_ref();
-        match folders.last().map(|f| f.as_ref()) {
+        // Asked on every read: the last three segments, without allocating.
+        let mut segments = path.as_ref().rsplit('/');
+        let name = segments.next().unwrap_or_default();
+        let parent = segments.next();
+        let grandparent = segments.next();
+        match parent {
             Some(DELTA_LOG) if name == "_last_checkpoint" => Self::ChangesInPlace,
             // `00000000000000000012.json`, `...12.checkpoint.parquet`, `...12.crc`,
             // `...10.00000000000000000012.compacted.json`, v2 checkpoints: all start with a
             // zero-padded 20-digit version.
             Some(DELTA_LOG) if starts_with_version(name) => Self::WrittenOnce,
             // Sidecars of v2 checkpoints and staged commits are named by UUIDs, once.
-            Some("_sidecars" | "_staged_commits")
-                if folders.len() >= 2 && folders[folders.len() - 2].as_ref() == DELTA_LOG =>
-            {
+            Some("_sidecars" | "_staged_commits") if grandparent == Some(DELTA_LOG) => {
                 Self::WrittenOnce
             }
             _ if is_deletion_vector(name) => Self::WrittenOnce,

@@ -195,9 +195,11 @@ impl<S: ObjectStore> CachingObjectStore<S> {
     /// The version of `location` reads of the plain `ObjectStore` API are made at: the one the
     /// handle cache holds (what a listing or HEAD showed, as a planner saw it), learned with a
     /// HEAD (or, for a local file, its descriptor) if it holds none. `None` when the handle
-    /// cache is off: reads then go to the store as they are.
+    /// cache is off, or for an object rewritten in place: reads then go to the store as they
+    /// are.
     async fn version_for_read(&self, location: &Path) -> Result<Option<ObjectVersion>> {
-        if !self.handles().config().enabled {
+        if !self.handles().config().enabled || Lifecycle::of(location) == Lifecycle::ChangesInPlace
+        {
             return Ok(None);
         }
         if self.reads.proven(location)
@@ -277,8 +279,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let lifecycle = Lifecycle::of(location);
         if lifecycle == Lifecycle::ChangesInPlace {
-            // Nothing of it is kept: the next read must see the next rewrite.
-            self.forget(location);
+            // Always the store's answer: the next read must see the next rewrite.
             return self.inner.get_opts(location, options).await;
         }
         if !is_unconditional(&options) {

@@ -10,6 +10,8 @@
 
 mod cloud;
 mod counting;
+#[cfg(feature = "delta")]
+pub mod delta;
 mod fault;
 mod http;
 pub mod lake;

@@ -298,3 +298,33 @@ async fn a_missing_object_is_reported_and_forgotten() {
         "the cached entry was dropped: {err}"
     );
 }
+
+#[tokio::test]
+async fn a_table_log_is_listed_fresh_and_its_pointer_read_fresh_by_any_read() {
+    let (store, counted, faults) = stack();
+    put(
+        &store,
+        "t/_delta_log/00000000000000000000.json",
+        b"{\"commit\":0}",
+    )
+    .await;
+    put(&store, "t/_delta_log/_last_checkpoint", b"{\"version\":0}").await;
+    let pointer = Path::from("t/_delta_log/_last_checkpoint");
+    let commit = Path::from("t/_delta_log/00000000000000000000.json");
+    for _ in 0..2 {
+        list(&store, "t/_delta_log").await;
+        store.get_ranges(&pointer, &[0..4]).await.unwrap();
+        store.get(&commit).await.unwrap().bytes().await.unwrap();
+    }
+    let c = counted.counts();
+    // Both listings and both reads of the pointer reached the store; the commit, written
+    // once, was read once.
+    assert_eq!((c.list, c.get), (2, 3), "{:?}", counted.gets());
+    // The pointer rewritten behind the wrapper's back: the next ranged read sees it.
+    faults
+        .put(&pointer, PutPayload::from_static(b"{\"version\":9}"))
+        .await
+        .unwrap();
+    let bytes = store.get_ranges(&pointer, &[0..13]).await.unwrap();
+    assert_eq!(bytes[0].as_ref(), b"{\"version\":9}");
+}
