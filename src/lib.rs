@@ -4,8 +4,12 @@
 // The layers, bottom to top (docs/architecture.md): `object` (what an object and a version
 // are); `config` and `stats`; the caches `handle`, `index`, `range`; `store` (the one versioned
 // read, and `CachingObjectStore`); `prefetch`; `table` (`LakeTable`, the reader, the query
-// planner); `sql` (what `install` puts into a session); and `lake` (`LakeCache`) on top.
+// planner); `sql` (what `install` puts into a session); `lake` (`LakeCache`); and, with
+// their features, `delta` (Delta Lake scans) and `ballista` (a `LakeCache` per process of a
+// Ballista cluster) on top.
 
+#[cfg(feature = "ballista")]
+pub mod ballista;
 pub mod config;
 #[cfg(feature = "delta")]
 pub mod delta;

@@ -13,6 +13,7 @@ use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion_lakecache::testkit::corpus::CORPUS;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 use datafusion_lakecache::testkit::lake::{file_bytes, write_lake};
 use datafusion_lakecache::testkit::requests::count_reads;
@@ -21,51 +22,6 @@ use object_store::ObjectStore;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
-
-/// Queries over the generated lake: filters on integers, strings and timestamps, IN lists,
-/// LIKE, IS NULL, ranges that cut pages, projections, aggregates, LIMIT.
-const CORPUS: &[&str] = &[
-    "SELECT * FROM t WHERE id = 4242",
-    "SELECT id, name FROM t WHERE id = 17 OR id = 29999",
-    "SELECT id, value FROM t WHERE id BETWEEN 1200 AND 1260",
-    "SELECT id FROM t WHERE id > 39990",
-    "SELECT id, ts FROM t WHERE id IN (5, 505, 5005, 25005, 39999)",
-    "SELECT * FROM t WHERE name = 'name-012345'",
-    "SELECT id, name FROM t WHERE name IN ('name-000001', 'name-054321', 'not-there')",
-    "SELECT count(*) FROM t WHERE name LIKE 'name-0001%'",
-    "SELECT count(*) FROM t WHERE note IS NULL",
-    "SELECT count(*), min(id) FROM t WHERE note IS NOT NULL AND category = 'gamma'",
-    "SELECT id FROM t WHERE ts >= TIMESTAMP '2023-11-14 22:20:00' AND ts < TIMESTAMP '2023-11-14 22:21:00'",
-    "SELECT category, count(*), round(sum(value), 3) FROM t GROUP BY category",
-    "SELECT max(ts), min(name) FROM t WHERE category IN ('alpha', 'zeta')",
-    "SELECT name FROM t WHERE id % 1000 = 7 ORDER BY name LIMIT 5",
-    "SELECT id FROM t WHERE value > 999.5",
-    "SELECT count(DISTINCT category) FROM t WHERE id < 100",
-    "SELECT a.id, b.name FROM t a JOIN t b ON a.id = b.id WHERE a.id IN (10, 20, 30000)",
-    "SELECT * FROM t WHERE id = -1",
-    "SELECT id, name FROM t WHERE id >= 20000 AND id < 20050 AND name > 'name-05'",
-    "SELECT count(*) FROM t WHERE category = 'beta' AND value BETWEEN 100 AND 200",
-    "SELECT id FROM t WHERE name = 'name-000000'",
-    "SELECT note, count(*) FROM t WHERE note LIKE 'note 1%' GROUP BY note",
-    "SELECT id FROM t WHERE id NOT IN (1, 2, 3) AND id < 10",
-    "SELECT min(value), max(value) FROM t WHERE id BETWEEN 3000 AND 3999",
-    "SELECT id, ts FROM t WHERE ts = TIMESTAMP '2023-11-14 22:13:21'",
-    "SELECT id FROM t WHERE ts > TIMESTAMP '2023-11-15 08:00:00' ORDER BY id LIMIT 3",
-    "SELECT category, round(avg(value), 6) FROM t WHERE note IS NULL GROUP BY category",
-    "SELECT count(*) FROM t WHERE id = 12000 OR name = 'name-077777'",
-    "SELECT * FROM t ORDER BY id DESC LIMIT 3",
-    "SELECT id FROM t WHERE id = 1000 OR id = 2000 OR id = 3000",
-    "SELECT sum(id) FROM t WHERE name IN ('name-010000', 'name-020000', 'name-030000')",
-    "SELECT upper(category), count(*) FROM t WHERE id < 5000 GROUP BY 1",
-    "SELECT id FROM t WHERE value < 0.5",
-    "SELECT count(*) FROM t WHERE name LIKE '%99'",
-    "SELECT id, note FROM t WHERE note = 'note 42' AND id < 2000",
-    "SELECT count(*) FROM t WHERE ts BETWEEN TIMESTAMP '2023-11-14 22:40:00' AND TIMESTAMP '2023-11-14 23:00:00'",
-    "SELECT a.category, count(*) FROM t a JOIN (SELECT id FROM t WHERE id % 1000 = 0) b ON a.id = b.id GROUP BY a.category",
-    "SELECT id FROM t WHERE id IN (SELECT id FROM t WHERE name = 'name-054321')",
-    "SELECT count(*) FROM t",
-    "SELECT id, value FROM t WHERE id BETWEEN 998 AND 1003",
-];
 
 fn config(pushdown: bool) -> SessionConfig {
     let mut config = SessionConfig::new().with_target_partitions(2);

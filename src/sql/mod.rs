@@ -23,7 +23,7 @@ use stats_function::{LakeStatsFunction, StatsTable};
 use crate::config::{Installed, LakeOptions};
 use crate::table::{LakeQueryPlanner, LakeTableFactory, ScanCaches};
 use catalog::LakeCatalogList;
-use registry::LakeObjectStoreRegistry;
+pub(crate) use registry::LakeObjectStoreRegistry;
 
 /// Makes the session built from `builder` use `scans`; see `LakeCache::install`.
 pub(crate) fn install(

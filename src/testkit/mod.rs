@@ -9,6 +9,9 @@
 //! S3-like store would make, not one per `get_ranges` call.
 
 mod cloud;
+#[cfg(feature = "ballista")]
+mod cluster;
+pub mod corpus;
 mod counting;
 #[cfg(feature = "delta")]
 pub mod delta;
@@ -22,6 +25,8 @@ mod s3;
 mod session;
 
 pub use cloud::CloudMetadata;
+#[cfg(feature = "ballista")]
+pub use cluster::{Process, start_cluster};
 pub use counting::{CountingStore, RequestCounts};
 pub use fault::{FaultStore, Op};
 pub use http::HttpDir;

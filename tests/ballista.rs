@@ -1,0 +1,247 @@
+//! The caches on a Ballista cluster: a scheduler and two executors in this process, each
+//! with the runtime, settings and codecs of its own `LakeBallista` (none shares the client's),
+//! over the S3 server.
+
+mod common;
+
+use std::sync::Arc;
+
+use ballista::prelude::SessionContextExt;
+use common::{Backend, Counted, backends, rows};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion_lakecache::ballista::LakeBallista;
+use datafusion_lakecache::testkit::corpus::CORPUS;
+use datafusion_lakecache::testkit::lake::LakeSpec;
+use datafusion_lakecache::testkit::{Process, RequestCounts, start_cluster};
+use datafusion_lakecache::{LakeCache, LakeTable};
+
+/// The S3 server (required in CI). Not the in-memory store: Ballista 55 cannot run a scan of
+/// a `memory://` table even without the caches ("ObjectStoreUrl must only contain scheme and
+/// authority"), and a local directory has no range cache to show.
+fn s3_backends(test: &str) -> Vec<Backend> {
+    backends(test)
+        .into_iter()
+        .filter(|b| b.name == "s3")
+        .collect()
+}
+
+/// One process of the cluster: its set-up, and the store it reaches the lake through,
+/// counting what gets past its caches.
+struct Node {
+    setup: LakeBallista,
+    store: Arc<Counted>,
+}
+
+fn node(b: &Backend, lake: LakeCache) -> Node {
+    let store = b.counting();
+    let stores = DefaultObjectStoreRegistry::new();
+    stores.register_store(&b.store_url, store.clone());
+    let setup = LakeBallista::new(lake, Arc::new(stores)).unwrap();
+    Node { setup, store }
+}
+
+/// A scheduler and two executors, each with a cache of its own.
+struct Cluster {
+    url: String,
+    scheduler: Node,
+    executors: Vec<Node>,
+}
+
+impl Cluster {
+    async fn start(b: &Backend) -> Self {
+        let fresh = || LakeCache::builder().build().unwrap();
+        let scheduler = node(b, fresh());
+        let executors = vec![node(b, fresh()), node(b, fresh())];
+        let processes: Vec<Process> = executors
+            .iter()
+            .map(|n| Process::cached(&n.setup))
+            .collect();
+        let url = start_cluster(&Process::cached(&scheduler.setup), &processes, 2)
+            .await
+            .unwrap();
+        Self {
+            url,
+            scheduler,
+            executors,
+        }
+    }
+
+    /// A client session on the cluster, with `t` registered (the client reads the lake's
+    /// schema through a store of its own).
+    async fn client(&self, b: &Backend) -> SessionContext {
+        let client = node(b, LakeCache::builder().build().unwrap());
+        let config = client.setup.config().with_target_partitions(4);
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(config)
+            .build();
+        let ctx = SessionContext::remote_with_state(&self.url, state)
+            .await
+            .unwrap();
+        ctx.register_object_store(&b.store_url, b.raw.clone());
+        ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        ctx
+    }
+
+    /// Requests that reached the store from the scheduler and the executors.
+    fn requests(&self) -> RequestCounts {
+        let mut all = RequestCounts::default();
+        for n in std::iter::once(&self.scheduler).chain(&self.executors) {
+            let c = n.store.counts();
+            all.head += c.head;
+            all.get += c.get;
+            all.list += c.list;
+        }
+        all
+    }
+
+    fn reset(&self) {
+        for n in std::iter::once(&self.scheduler).chain(&self.executors) {
+            n.store.reset();
+        }
+    }
+}
+
+async fn vanilla(b: &Backend) -> SessionContext {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    ctx.register_object_store(&b.store_url, b.raw.clone());
+    ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    ctx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_corpus_on_a_cluster_returns_single_process_rows_and_repeats_from_executor_caches() {
+    for b in s3_backends("ballista-corpus") {
+        b.write(&LakeSpec::small_files(8).with_row_groups_of(1_000))
+            .await;
+        let plain = vanilla(&b).await;
+        let cluster = Cluster::start(&b).await;
+        let ctx = cluster.client(&b).await;
+        let mut passes = Vec::new();
+        for pass in 0..2 {
+            cluster.reset();
+            for sql in CORPUS {
+                let want = rows(&plain, sql).await.unwrap();
+                let got = rows(&ctx, sql).await.unwrap();
+                assert_eq!(got, want, "{} pass {pass}: {sql}", b.name);
+            }
+            passes.push(cluster.requests());
+        }
+        let (cold, warm) = (passes[0], passes[1]);
+        eprintln!("{}: cold {cold:?}, warm {warm:?}", b.name);
+        assert!(cold.get > 0, "{}: the cold pass read the lake", b.name);
+        assert_eq!(
+            warm.get, 0,
+            "{}: the warm pass read no byte from the store",
+            b.name
+        );
+        assert!(
+            warm.head + warm.list < cold.head + cold.list,
+            "{}: {warm:?} against {cold:?}",
+            b.name
+        );
+        // Each executor served its tasks' footers and bytes from its own caches.
+        for (i, e) in cluster.executors.iter().enumerate() {
+            let stats = e.setup.lake().stats();
+            eprintln!(
+                "{} executor {i}: {:?} {:?}",
+                b.name, stats.index.cache, stats.ranges.memory
+            );
+            assert!(
+                stats.index.cache.hits > 0,
+                "{} executor {i}: {:?}",
+                b.name,
+                stats.index
+            );
+            assert!(
+                stats.ranges.memory.hits > 0,
+                "{} executor {i}: {:?}",
+                b.name,
+                stats.ranges
+            );
+            assert!(
+                stats.prefetch.scans > 0,
+                "{} executor {i} prefetched",
+                b.name
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_set_on_the_client_changes_what_the_executors_prefetch() {
+    for b in s3_backends("ballista-set") {
+        b.write(&LakeSpec::small_files(16)).await;
+        let cluster = Cluster::start(&b).await;
+        let ctx = cluster.client(&b).await;
+        let peak = |c: &Cluster| {
+            c.executors
+                .iter()
+                .map(|e| e.setup.lake().stats().prefetch.peak_in_flight)
+                .max()
+                .unwrap_or(0)
+        };
+        let downloads = |c: &Cluster| {
+            c.executors
+                .iter()
+                .map(|e| e.setup.lake().stats().prefetch.requests)
+                .sum::<u64>()
+        };
+        let sql = "SELECT count(*), sum(value), max(name) FROM t";
+        ctx.sql("SET lakecache.prefetch.max_in_flight = 1")
+            .await
+            .unwrap();
+        rows(&ctx, sql).await.unwrap();
+        let one = (peak(&cluster), downloads(&cluster));
+        for e in &cluster.executors {
+            e.setup.lake().clear();
+        }
+        ctx.sql("SET lakecache.prefetch.max_in_flight = 8")
+            .await
+            .unwrap();
+        rows(&ctx, sql).await.unwrap();
+        let eight = (peak(&cluster), downloads(&cluster) - one.1);
+        eprintln!("{}: max_in_flight 1 -> {one:?}, 8 -> {eight:?}", b.name);
+        assert!(one.1 > 1, "{}: the executors prefetched", b.name);
+        // One download ahead of the readers; a reader that wants a piece nobody started
+        // starts it at once, beyond the limit (it would read those bytes itself otherwise).
+        assert!(one.0 <= 2, "{}: one download ahead at a time", b.name);
+        assert!(eight.0 > 2, "{}: more at a time", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lake_table_registered_on_the_client_runs_on_the_cluster() {
+    for b in s3_backends("ballista-lake-table") {
+        b.write(&LakeSpec::small_files(4)).await;
+        let plain = vanilla(&b).await;
+        let cluster = Cluster::start(&b).await;
+        let ctx = cluster.client(&b).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let table = LakeTable::try_new(&ctx.state(), &b.table_url(), &lake)
+            .await
+            .unwrap();
+        ctx.register_table("lt", Arc::new(table)).unwrap();
+        let sql = "SELECT category, count(*) AS n, round(sum(value), 3) AS total FROM {} GROUP BY category";
+        let want = rows(&plain, &sql.replace("{}", "t")).await.unwrap();
+        for _ in 0..2 {
+            assert_eq!(rows(&ctx, &sql.replace("{}", "lt")).await.unwrap(), want);
+        }
+        let hits: u64 = cluster
+            .executors
+            .iter()
+            .map(|e| e.setup.lake().stats().ranges.memory.hits)
+            .sum();
+        assert!(
+            hits > 0,
+            "{}: the second run read from the executors' caches",
+            b.name
+        );
+    }
+}
