@@ -158,6 +158,11 @@ pub struct RangeStats {
     pub bytes_from_store: u64,
     /// Ranges not kept because they exceed an eighth of a tier.
     pub too_large: u64,
+    /// Ranges a read got from a download another read (any session) had in the air, rather
+    /// than a request of its own.
+    pub shared: u64,
+    /// Their bytes.
+    pub bytes_shared: u64,
     /// Disk entries whose bytes did not match their checksum or version, deleted and refetched.
     pub disk_corrupt: u64,
     /// Ranges written to disk.
@@ -291,6 +296,8 @@ impl LakeStats {
             ("range.disk", "skipped", r.disk_skipped),
             ("range", "bytes_from_store", r.bytes_from_store),
             ("range", "too_large", r.too_large),
+            ("range", "shared", r.shared),
+            ("range", "bytes_shared", r.bytes_shared),
         ]);
         let p = &self.prefetch;
         rows.extend([

@@ -20,6 +20,7 @@
 //! the operating system's page cache already keeps them.
 
 mod disk;
+mod flights;
 mod read;
 mod spans;
 
@@ -39,6 +40,7 @@ use crate::metrics::Source;
 use crate::object::{ObjectId, ObjectVersion};
 use crate::stats::{CacheCounters, CacheStats, RangeStats, settle};
 use disk::DiskTier;
+use flights::Flights;
 use spans::Spans;
 
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
@@ -89,6 +91,8 @@ struct Inner {
     disk_pending: AtomicU64,
     disk_skipped: AtomicU64,
     disk_idle: Notify,
+    /// Downloads in the air, which reads of the same bytes join.
+    flights: Flights,
 }
 
 impl RangeCache {
@@ -135,6 +139,7 @@ impl RangeCache {
                 disk_pending: AtomicU64::new(0),
                 disk_skipped: AtomicU64::new(0),
                 disk_idle: Notify::new(),
+                flights: Flights::default(),
             }),
         })
     }
@@ -194,6 +199,8 @@ impl RangeCache {
             bytes_from_disk: i.served.disk.load(Relaxed),
             bytes_from_store: i.served.store.load(Relaxed),
             too_large: i.too_large.load(Relaxed),
+            shared: i.flights.joined.load(Relaxed),
+            bytes_shared: i.flights.joined_bytes.load(Relaxed),
             disk_corrupt: load(|c| &c.corrupt),
             disk_writes: load(|c| &c.writes),
             disk_write_errors: load(|c| &c.write_errors),

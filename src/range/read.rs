@@ -1,5 +1,5 @@
 //! [`RangeCache::read_through`]: a read cut into the pieces memory holds, the pieces the disk
-//! tier holds, and the gaps, which are fetched in one call and kept.
+//! tier holds, and the gaps, which are joined to downloads in the air or fetched, and kept.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,9 +35,10 @@ impl Part {
 }
 
 impl RangeCache {
-    /// Reads `ranges` of `object`: from memory, then disk, and what neither holds through
-    /// `fetch`, which is called at most once with the missing ranges (coalesced the way
-    /// object_store coalesces). What `fetch` returns is kept under the version `keep_as`
+    /// Reads `ranges` of `object`: from memory, then disk, then downloads of other reads in
+    /// the air, and what none holds through `fetch`, called with the missing ranges
+    /// (coalesced the way object_store coalesces): once, and once more for bytes a joined
+    /// download failed to bring. What `fetch` returns is kept under the version `keep_as`
     /// names once the fetch is done: `object` itself, or, for a version that could not be
     /// looked up (known by its time alone), the version the responses showed. `fetch` must
     /// read `object` at this version (guarded by it). The bytes served are counted by source
@@ -51,9 +52,9 @@ impl RangeCache {
         keep_as: K,
     ) -> object_store::Result<Vec<Bytes>>
     where
-        F: FnOnce(Vec<Range<u64>>) -> Fut,
+        F: Fn(Vec<Range<u64>>) -> Fut,
         Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
-        K: FnOnce() -> Option<ObjectVersion>,
+        K: Fn() -> Option<ObjectVersion>,
     {
         let served = |source, bytes| {
             self.inner.served.add(source, bytes);
@@ -208,7 +209,9 @@ impl RangeCache {
         }
     }
 
-    /// Fetches the pieces neither tier had, in one call of `fetch`, and keeps them.
+    /// Fetches the pieces neither tier had and keeps them: what downloads of other reads
+    /// already in the air bring is joined (`flights.rs`), the rest fetched in one call of
+    /// `fetch`; a joined download that fails is fetched here after all, in a second call.
     async fn fetch_gaps<F, Fut, K>(
         &self,
         object: &ObjectVersion,
@@ -217,9 +220,9 @@ impl RangeCache {
         keep_as: K,
     ) -> object_store::Result<()>
     where
-        F: FnOnce(Vec<Range<u64>>) -> Fut,
+        F: Fn(Vec<Range<u64>>) -> Fut,
         Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
-        K: FnOnce() -> Option<ObjectVersion>,
+        K: Fn() -> Option<ObjectVersion>,
     {
         let mut gaps: Vec<Range<u64>> = parts
             .iter()
@@ -242,11 +245,78 @@ impl RangeCache {
                 _ => requests.push(gap),
             }
         }
-        let fetched = fetch(requests.clone()).await?;
+        // Only bytes tied to one version are shared, as only those are kept.
+        let (joined, own, claim) = match self.applies(object) {
+            true => {
+                let (joined, own, claim) = self.inner.flights.claim(object, &requests);
+                (joined, own, Some(claim))
+            }
+            false => (Vec::new(), requests, None),
+        };
+        let mut pieces: Vec<(Range<u64>, Bytes)> = Vec::new();
+        if !own.is_empty() {
+            // On an error, `claim` is dropped: its flights close, and their joiners fetch.
+            let fetched = self.fetch_checked(object, &own, &fetch).await?;
+            if let Some(claim) = claim {
+                claim.land(&fetched);
+            }
+            self.keep(&keep_as, &own, &fetched);
+            pieces.extend(own.into_iter().zip(fetched));
+        }
+        let mut failed = Vec::new();
+        for j in joined {
+            let range = j.range.clone();
+            match j.wait().await {
+                Some(bytes) => pieces.push((range, bytes)),
+                None => failed.push(range),
+            }
+        }
+        if !failed.is_empty() {
+            let fetched = self.fetch_checked(object, &failed, &fetch).await?;
+            self.keep(&keep_as, &failed, &fetched);
+            pieces.extend(failed.into_iter().zip(fetched));
+        }
+        pieces.sort_by_key(|(r, _)| r.start);
+        for range_parts in parts.iter_mut() {
+            let mut split = Vec::with_capacity(range_parts.len());
+            for part in range_parts.drain(..) {
+                if part.found.is_some() {
+                    split.push(part);
+                    continue;
+                }
+                // The pieces that cover this gap, each a slice of its own buffer.
+                let first = pieces.partition_point(|(r, _)| r.end <= part.range.start);
+                for (r, bytes) in &pieces[first..] {
+                    if r.start >= part.range.end {
+                        break;
+                    }
+                    split.push(Part {
+                        range: r.start.max(part.range.start)..r.end.min(part.range.end),
+                        found: Some((bytes.clone(), r.start, Source::Store)),
+                    });
+                }
+            }
+            *range_parts = split;
+        }
+        Ok(())
+    }
+
+    /// `fetch` of `requests`, checked to return one buffer of the right length per range.
+    async fn fetch_checked<F, Fut>(
+        &self,
+        object: &ObjectVersion,
+        requests: &[Range<u64>],
+        fetch: &F,
+    ) -> object_store::Result<Vec<Bytes>>
+    where
+        F: Fn(Vec<Range<u64>>) -> Fut,
+        Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
+    {
+        let fetched = fetch(requests.to_vec()).await?;
         if fetched.len() != requests.len()
             || fetched
                 .iter()
-                .zip(&requests)
+                .zip(requests)
                 .any(|(b, r)| b.len() as u64 != r.end - r.start)
         {
             return Err(object_store::Error::Generic {
@@ -258,21 +328,21 @@ impl RangeCache {
                 .into(),
             });
         }
+        Ok(fetched)
+    }
+
+    /// Keeps fetched bytes under the version `keep_as` names now (see `read_through`).
+    fn keep<K: Fn() -> Option<ObjectVersion>>(
+        &self,
+        keep_as: &K,
+        ranges: &[Range<u64>],
+        bytes: &[Bytes],
+    ) {
         if let Some(keep) = keep_as() {
-            for (request, bytes) in requests.iter().zip(&fetched) {
-                self.insert(&keep, request.start, bytes.clone());
+            for (range, bytes) in ranges.iter().zip(bytes) {
+                self.insert(&keep, range.start, bytes.clone());
             }
         }
-        for part in parts.iter_mut().flatten() {
-            if part.found.is_some() {
-                continue;
-            }
-            let i = requests.partition_point(|r| r.end <= part.range.start);
-            if let (Some(request), Some(bytes)) = (requests.get(i), fetched.get(i)) {
-                part.found = Some((bytes.clone(), request.start, Source::Store));
-            }
-        }
-        Ok(())
     }
 }
 

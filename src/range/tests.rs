@@ -56,6 +56,36 @@ impl Fetches {
             .unwrap()
     }
 
+    /// [`Fetches::read`] whose fetch takes `delay` (a download in the air), or fails after it.
+    async fn read_slow(
+        &self,
+        cache: &RangeCache,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+        delay: std::time::Duration,
+        fail: bool,
+    ) -> object_store::Result<Vec<Bytes>> {
+        cache
+            .read_through(
+                object,
+                ranges,
+                None,
+                |wanted| async move {
+                    self.calls.lock().unwrap().push(wanted.clone());
+                    tokio::time::sleep(delay).await;
+                    match fail {
+                        true => Err(object_store::Error::Generic {
+                            store: "test",
+                            source: "boom".into(),
+                        }),
+                        false => Ok(wanted.iter().map(|r| content(r, 0)).collect()),
+                    }
+                },
+                || Some(object.clone()),
+            )
+            .await
+    }
+
     fn take(&self) -> Vec<Vec<Range<u64>>> {
         std::mem::take(&mut self.calls.lock().unwrap())
     }
@@ -304,4 +334,98 @@ fn a_disk_directory_that_cannot_be_used_is_refused_with_the_setting_name() {
         err.to_string().contains("lakecache.range.disk_dir"),
         "{err}"
     );
+}
+
+const IN_THE_AIR: std::time::Duration = std::time::Duration::from_millis(50);
+
+#[tokio::test]
+async fn concurrent_reads_of_the_same_bytes_share_one_download() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    const M: u64 = 1 << 20;
+    let wanted = [0..1000, 3 * M..3 * M + 1000];
+    let reads: Vec<_> = (0..8)
+        .map(|_| fetches.read_slow(&cache, &v, &wanted, IN_THE_AIR, false))
+        .collect();
+    for got in futures::future::join_all(reads).await {
+        let got = got.unwrap();
+        assert_eq!(got[0], content(&wanted[0], 0));
+        assert_eq!(got[1], content(&wanted[1], 0));
+    }
+    assert_eq!(fetches.take(), vec![wanted.to_vec()], "one download");
+    let stats = cache.stats();
+    assert_eq!(stats.shared, 7 * 2, "seven reads joined both of its ranges");
+    assert_eq!(stats.bytes_shared, 7 * 2000);
+}
+
+#[tokio::test]
+async fn a_read_overlapping_a_download_in_the_air_fetches_only_the_rest() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    let (a, b) = tokio::join!(
+        fetches.read_slow(&cache, &v, &[1000..2000], IN_THE_AIR, false),
+        fetches.read_slow(&cache, &v, &[500..2500], IN_THE_AIR, false),
+    );
+    assert_eq!(a.unwrap()[0], content(&(1000..2000), 0));
+    assert_eq!(
+        b.unwrap()[0],
+        content(&(500..2500), 0),
+        "joined across three pieces"
+    );
+    assert_eq!(
+        fetches.take(),
+        vec![vec![1000..2000], vec![500..1000, 2000..2500]]
+    );
+}
+
+#[tokio::test]
+async fn a_download_that_fails_or_is_dropped_leaves_its_joiners_to_fetch() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    let (failed, joined) = tokio::join!(
+        fetches.read_slow(&cache, &v, &[0..1000], IN_THE_AIR, true),
+        fetches.read_slow(&cache, &v, &[0..1000], IN_THE_AIR, false),
+    );
+    assert!(failed.is_err());
+    assert_eq!(joined.unwrap()[0], content(&(0..1000), 0));
+    assert_eq!(fetches.take(), vec![vec![0..1000], vec![0..1000]]);
+
+    // A download whose query ended (its future dropped) in the air.
+    let w = version("2");
+    let cancelled = tokio::time::timeout(
+        IN_THE_AIR / 5,
+        fetches.read_slow(&cache, &w, &[0..1000], IN_THE_AIR, false),
+    );
+    let later = async {
+        tokio::time::sleep(IN_THE_AIR / 10).await;
+        fetches
+            .read_slow(&cache, &w, &[0..1000], IN_THE_AIR, false)
+            .await
+    };
+    let (cancelled, later) = tokio::join!(cancelled, later);
+    assert!(cancelled.is_err(), "timed out");
+    assert_eq!(later.unwrap()[0], content(&(0..1000), 0));
+    assert_eq!(fetches.take(), vec![vec![0..1000], vec![0..1000]]);
+    assert!(
+        cache.inner.flights.is_empty(),
+        "no flight is left in the air"
+    );
+}
+
+#[tokio::test]
+async fn reads_of_another_version_never_join() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let (one, two) = (version("1"), version("2"));
+    let (a, b) = tokio::join!(
+        fetches.read_slow(&cache, &one, &[0..1000], IN_THE_AIR, false),
+        fetches.read_slow(&cache, &two, &[0..1000], IN_THE_AIR, false),
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(fetches.take().len(), 2);
+    assert_eq!(cache.stats().shared, 0);
 }
