@@ -271,3 +271,47 @@ async fn corrupted_disk_entries_are_refetched_and_the_rows_stay_right() {
     assert_eq!(r.bytes_from_disk, 0, "{r:?}");
     assert!(counted.counts().get >= 4, "refetched");
 }
+
+/// `n` new sessions of one new `LakeCache` registering `b`'s lake and running `sql` at once
+/// over a store 20 ms away; checks their rows, returns the requests that reached the store.
+async fn sessions_at_once(
+    b: &common::Backend,
+    n: usize,
+    sql: &str,
+    want: &[String],
+) -> (datafusion_lakecache::testkit::RequestCounts, LakeCache) {
+    let lake = LakeCache::builder().build().unwrap();
+    let counted = b.counting();
+    let remote = counted.clone() as Arc<dyn ObjectStore>;
+    let slow: Arc<dyn ObjectStore> = Arc::new(datafusion_lakecache::testkit::LatencyStore::new(
+        remote,
+        Duration::from_millis(20),
+    ));
+    let contexts =
+        futures::future::join_all((0..n).map(|_| session(b, Arc::clone(&slow), &lake))).await;
+    let results = futures::future::join_all(contexts.iter().map(|ctx| rows(ctx, sql))).await;
+    for got in results {
+        assert_eq!(got.unwrap(), want, "{}: {sql}", b.name);
+    }
+    (counted.counts(), lake)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cold_sessions_share_every_download() {
+    for b in remote_backends("range_shared") {
+        b.write(&LakeSpec::small_files(12)).await;
+        for sql in [WORKLOAD[0], WORKLOAD[1]] {
+            let want = scan(&b, b.raw.clone(), sql).await.unwrap();
+            let (alone, _) = sessions_at_once(&b, 1, sql, &want).await;
+            let (four, lake) = sessions_at_once(&b, 4, sql, &want).await;
+            let r = lake.stats().ranges;
+            eprintln!("{}: one session {alone:?}, four {four:?}, {r:?}", b.name);
+            assert_eq!(
+                four.get, alone.get,
+                "{}: the GETs of one session: {sql}",
+                b.name
+            );
+            assert!(r.shared > 0, "{}: downloads were joined: {r:?}", b.name);
+        }
+    }
+}

@@ -5,10 +5,12 @@
 //!
 //! Flights are claimed under one lock, so the flights of a version never overlap: a read
 //! joins the parts of its gaps that flights already bring and claims the rest, which it
-//! fetches itself. A flight is keyed by the exact version its fetch is guarded by (`If-Match`
-//! of its e_tag), so a joined read gets bytes of the version it asked for. A flight whose
-//! fetch fails or is dropped (its query was cancelled) closes its channel, and whoever joined
-//! it fetches those bytes itself.
+//! fetches itself. A flight is keyed by the exact version its reads asked for, and its fetch
+//! is checked as the joiner's own would be: guarded by `If-Match` of the version's e_tag, or,
+//! for a version known by size and modification time alone (a listing without e_tags), with
+//! the response checked against them. A joined read thus gets bytes of the version it asked
+//! for, fetched while it waited. A flight whose fetch fails or is dropped (its query was
+//! cancelled) closes its channel, and whoever joined it fetches those bytes itself.
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -245,21 +245,12 @@ impl RangeCache {
                 _ => requests.push(gap),
             }
         }
-        // Only bytes tied to one version are shared, as only those are kept.
-        let (joined, own, claim) = match self.applies(object) {
-            true => {
-                let (joined, own, claim) = self.inner.flights.claim(object, &requests);
-                (joined, own, Some(claim))
-            }
-            false => (Vec::new(), requests, None),
-        };
+        let (joined, own, claim) = self.inner.flights.claim(object, &requests);
         let mut pieces: Vec<(Range<u64>, Bytes)> = Vec::new();
         if !own.is_empty() {
             // On an error, `claim` is dropped: its flights close, and their joiners fetch.
             let fetched = self.fetch_checked(object, &own, &fetch).await?;
-            if let Some(claim) = claim {
-                claim.land(&fetched);
-            }
+            claim.land(&fetched);
             self.keep(&keep_as, &own, &fetched);
             pieces.extend(own.into_iter().zip(fetched));
         }
