@@ -160,28 +160,22 @@ impl RangeCache {
         // Split each gap by what the disk holds (`covered` is in the order of `gaps`).
         let mut covered = covered.into_iter();
         let mut wanted: Vec<Range<u64>> = Vec::new();
-        for range_parts in parts.iter_mut() {
-            let mut split = Vec::with_capacity(range_parts.len());
-            for part in range_parts.drain(..) {
-                if part.found.is_some() {
-                    split.push(part);
-                    continue;
+        split_missing(parts, |_| {
+            let mut split = Vec::new();
+            for (piece, entry) in covered.next().unwrap_or_default() {
+                if let Some(entry) = &entry
+                    && !wanted.contains(entry)
+                {
+                    wanted.push(entry.clone());
                 }
-                for (piece, entry) in covered.next().unwrap_or_default() {
-                    if let Some(entry) = &entry
-                        && !wanted.contains(entry)
-                    {
-                        wanted.push(entry.clone());
-                    }
-                    // Marked with the entry's start; filled below once it is read.
-                    split.push(Part {
-                        range: piece,
-                        found: entry.map(|e| (Bytes::new(), e.start, Source::Disk)),
-                    });
-                }
+                // Marked with the entry's start; filled below once it is read.
+                split.push(Part {
+                    range: piece,
+                    found: entry.map(|e| (Bytes::new(), e.start, Source::Disk)),
+                });
             }
-            *range_parts = split;
-        }
+            split
+        });
         if wanted.is_empty() {
             return;
         }
@@ -268,27 +262,18 @@ impl RangeCache {
             pieces.extend(failed.into_iter().zip(fetched));
         }
         pieces.sort_by_key(|(r, _)| r.start);
-        for range_parts in parts.iter_mut() {
-            let mut split = Vec::with_capacity(range_parts.len());
-            for part in range_parts.drain(..) {
-                if part.found.is_some() {
-                    split.push(part);
-                    continue;
-                }
-                // The pieces that cover this gap, each a slice of its own buffer.
-                let first = pieces.partition_point(|(r, _)| r.end <= part.range.start);
-                for (r, bytes) in &pieces[first..] {
-                    if r.start >= part.range.end {
-                        break;
-                    }
-                    split.push(Part {
-                        range: r.start.max(part.range.start)..r.end.min(part.range.end),
-                        found: Some((bytes.clone(), r.start, Source::Store)),
-                    });
-                }
-            }
-            *range_parts = split;
-        }
+        // Each gap is covered by the pieces fetched or joined, each a slice of its buffer.
+        split_missing(parts, |gap| {
+            let first = pieces.partition_point(|(r, _)| r.end <= gap.range.start);
+            pieces[first..]
+                .iter()
+                .take_while(|(r, _)| r.start < gap.range.end)
+                .map(|(r, bytes)| Part {
+                    range: r.start.max(gap.range.start)..r.end.min(gap.range.end),
+                    found: Some((bytes.clone(), r.start, Source::Store)),
+                })
+                .collect()
+        });
         Ok(())
     }
 
@@ -334,6 +319,20 @@ impl RangeCache {
                 self.insert(&keep, range.start, bytes.clone());
             }
         }
+    }
+}
+
+/// Replaces each piece of `parts` not found yet by the pieces `split` makes of it, in order.
+fn split_missing(parts: &mut [Vec<Part>], mut split: impl FnMut(Part) -> Vec<Part>) {
+    for range_parts in parts.iter_mut() {
+        let mut out = Vec::with_capacity(range_parts.len());
+        for part in range_parts.drain(..) {
+            match part.found {
+                Some(_) => out.push(part),
+                None => out.extend(split(part)),
+            }
+        }
+        *range_parts = out;
     }
 }
 
