@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ballista::prelude::{SessionConfigExt, SessionContextExt};
-use common::{arg, ms, run};
+use common::{Remote, arg, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
@@ -21,9 +21,7 @@ use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::ballista::LakeBallista;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{
-    CountingStore, LatencyStore, Process, RequestCounts, start_cluster,
-};
+use datafusion_lakecache::testkit::{Process, RequestCounts, start_cluster};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -44,8 +42,6 @@ const QUERIES: [(&str, &str); 3] = [
     ),
 ];
 
-type Remote = CountingStore<Arc<dyn ObjectStore>>;
-
 /// One side: its cluster's URL and the stores its processes reach the lake through.
 struct Side {
     url: String,
@@ -54,13 +50,7 @@ struct Side {
 
 impl Side {
     fn requests(&self) -> RequestCounts {
-        let mut all = RequestCounts::default();
-        for c in self.stores.iter().map(|s| s.counts()) {
-            all.head += c.head;
-            all.get += c.get;
-            all.list += c.list;
-        }
-        all
+        self.stores.iter().map(|s| s.counts()).sum()
     }
 
     fn reset(&self) {
@@ -75,8 +65,7 @@ fn process_stores(
     latency: Duration,
     bandwidth: u64,
 ) -> (Arc<dyn ObjectStoreRegistry>, Arc<Remote>) {
-    let slow = LatencyStore::new(Arc::clone(lake), latency).with_bandwidth(bandwidth);
-    let counted = Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>));
+    let counted = remote(Arc::clone(lake), latency, bandwidth);
     let registry = DefaultObjectStoreRegistry::new();
     registry.register_store(url, Arc::clone(&counted) as Arc<dyn ObjectStore>);
     (Arc::new(registry), counted)

@@ -12,15 +12,15 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{arg, ms};
+use common::{Remote, arg, ms, remote};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::RequestCounts;
 use datafusion_lakecache::testkit::delta::register_s3_log_store;
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_batch};
-use datafusion_lakecache::testkit::{CountingStore, LatencyStore, RequestCounts};
 use deltalake_core::protocol::SaveMode;
 use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use futures::TryStreamExt;
@@ -38,8 +38,6 @@ const QUERIES: [(&str, &str); 2] = [
         "SELECT id, name, value FROM t WHERE id BETWEEN 400000 AND 400500",
     ),
 ];
-
-type Remote = CountingStore<Arc<dyn ObjectStore>>;
 
 fn external(
     e: impl std::error::Error + Send + Sync + 'static,
@@ -154,8 +152,8 @@ async fn main() -> Result<()> {
     println!("each run: a new snapshot load and a new session; requests HEAD/LIST/GET");
 
     for (name, sql) in QUERIES {
-        let plain_store = remote(&local, latency, bandwidth);
-        let lake_store = remote(&local, latency, bandwidth);
+        let plain_store = remote(Arc::clone(&local), latency, bandwidth);
+        let lake_store = remote(Arc::clone(&local), latency, bandwidth);
         let lake = LakeCache::builder().build()?;
         // The session's store, registered once per process as a server would.
         let plain_session = Arc::clone(&plain_store) as Arc<dyn ObjectStore>;
@@ -189,10 +187,4 @@ async fn main() -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The table's store behind `latency` per request and `bandwidth`, counted.
-fn remote(local: &Arc<dyn ObjectStore>, latency: Duration, bandwidth: u64) -> Arc<Remote> {
-    let slow = LatencyStore::new(Arc::clone(local), latency).with_bandwidth(bandwidth);
-    Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>))
 }

@@ -19,13 +19,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Series, arg, context, line_plot, ms, run};
+use common::{Remote, Series, arg, context, line_plot, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::RequestCounts;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{CountingStore, LatencyStore, RequestCounts};
-use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use url::Url;
@@ -55,13 +54,10 @@ async fn make_lake(spec: &LakeSpec) -> Result<Lake> {
     Ok(Lake { dir, bytes })
 }
 
-type Remote = CountingStore<Arc<dyn ObjectStore>>;
-
 /// The lake behind `latency` per request and `bandwidth`, counted.
-fn remote(lake: &Lake, latency: Duration, bandwidth: u64) -> Result<Arc<Remote>> {
+fn remote_lake(lake: &Lake, latency: Duration, bandwidth: u64) -> Result<Arc<Remote>> {
     let fs = LocalFileSystem::new_with_prefix(lake.dir.path())?;
-    let slow = LatencyStore::new(fs, latency).with_bandwidth(bandwidth);
-    Ok(Arc::new(CountingStore::new(Arc::new(slow) as _)))
+    Ok(remote(Arc::new(fs), latency, bandwidth))
 }
 
 /// A session where `t` is the lake: on the local disk if `store` is `None`, else remote
@@ -115,8 +111,8 @@ async fn compare(
     cache: &LakeCache,
     sql: &str,
 ) -> Result<[Runs; 3]> {
-    let plain_store = remote(lake, latency, bandwidth)?;
-    let lake_store = remote(lake, latency, bandwidth)?;
+    let plain_store = remote_lake(lake, latency, bandwidth)?;
+    let lake_store = remote_lake(lake, latency, bandwidth)?;
     let local = session(lake, None, None).await?;
     let plain = session(lake, Some(plain_store.clone()), None).await?;
     let ours = session(lake, Some(lake_store.clone()), Some(cache)).await?;
@@ -183,7 +179,7 @@ async fn main() -> Result<()> {
 
     // A new process: a new LakeCache on the disk tier the first one filled.
     let cache = with_disk()?;
-    let store = remote(&w1, latency, bandwidth)?;
+    let store = remote_lake(&w1, latency, bandwidth)?;
     let ctx = session(&w1, Some(store.clone()), Some(&cache)).await?;
     let created = store.counts();
     let local = session(&w1, None, None).await?;

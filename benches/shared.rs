@@ -13,12 +13,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{arg, context, ms, run};
+use common::{Remote, arg, context, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{CountingStore, LatencyStore, RequestCounts};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -34,8 +33,6 @@ const QUERIES: [(&str, &str); 2] = [
         "SELECT id, name FROM t WHERE value > 999.0 AND category = 'beta'",
     ),
 ];
-
-type Remote = CountingStore<Arc<dyn ObjectStore>>;
 
 /// `sessions` sessions at once, each registering the lake and running `sql`; the cache, if
 /// given, is one `LakeCache` they all share. Returns the wall time.
@@ -66,10 +63,6 @@ async fn at_once(
     Ok(began.elapsed())
 }
 
-fn total(c: RequestCounts) -> u64 {
-    c.head + c.list + c.get
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let files = arg("--files", 200) as usize;
@@ -82,9 +75,7 @@ async fn main() -> Result<()> {
         &LakeSpec::small_files(files),
     )
     .await?;
-    let slow = LatencyStore::new(memory as Arc<dyn ObjectStore>, Duration::from_millis(25))
-        .with_bandwidth(125_000_000);
-    let store = Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>));
+    let store = remote(memory, Duration::from_millis(25), 125_000_000);
     println!(
         "{files} files of 5000 rows, 25 ms per request, one 1 Gbit/s link; every run cold \
          (a new LakeCache); figures: wall time, requests HEAD/LIST/GET"
@@ -107,7 +98,7 @@ async fn main() -> Result<()> {
                         c.list,
                         c.get
                     ));
-                    figures.push((ms(took), total(c)));
+                    figures.push((ms(took), c.total()));
                 }
             }
             println!("{line}");

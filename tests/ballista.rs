@@ -89,14 +89,10 @@ impl Cluster {
 
     /// Requests that reached the store from the scheduler and the executors.
     fn requests(&self) -> RequestCounts {
-        let mut all = RequestCounts::default();
-        for n in std::iter::once(&self.scheduler).chain(&self.executors) {
-            let c = n.store.counts();
-            all.head += c.head;
-            all.get += c.get;
-            all.list += c.list;
-        }
-        all
+        std::iter::once(&self.scheduler)
+            .chain(&self.executors)
+            .map(|n| n.store.counts())
+            .sum()
     }
 
     fn reset(&self) {

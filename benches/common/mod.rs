@@ -1,12 +1,25 @@
 //! Helpers shared by the benchmarks: arguments, timing a query, peak RSS and a line plot.
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::error::Result;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
 use datafusion_lakecache::{LakeCache, testkit};
 use futures::StreamExt;
+use object_store::ObjectStore;
+
+/// A simulated remote store, counted: what reaches it is counted.
+pub type Remote = CountingStore<Arc<dyn ObjectStore>>;
+
+/// `store` behind `latency` per real request and a link of `bandwidth` bytes per second,
+/// counted (the counts are the requests a remote store would see).
+pub fn remote(store: Arc<dyn ObjectStore>, latency: Duration, bandwidth: u64) -> Arc<Remote> {
+    let slow = LatencyStore::new(store, latency).with_bandwidth(bandwidth);
+    Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>))
+}
 
 /// The value after `--name` on the command line, or `default`.
 pub fn arg(name: &str, default: u64) -> u64 {

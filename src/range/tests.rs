@@ -41,17 +41,7 @@ impl Fetches {
         ranges: &[Range<u64>],
         salt: u8,
     ) -> Vec<Bytes> {
-        cache
-            .read_through(
-                object,
-                ranges,
-                None,
-                |wanted| async move {
-                    self.calls.lock().unwrap().push(wanted.clone());
-                    Ok(wanted.iter().map(|r| content(r, salt)).collect())
-                },
-                || Some(object.clone()),
-            )
+        self.read_with(cache, object, ranges, salt, None)
             .await
             .unwrap()
     }
@@ -65,6 +55,20 @@ impl Fetches {
         delay: std::time::Duration,
         fail: bool,
     ) -> object_store::Result<Vec<Bytes>> {
+        self.read_with(cache, object, ranges, 0, Some((delay, fail)))
+            .await
+    }
+
+    /// Reads through `cache`, serving content with `salt`; with `slow`, each fetch takes its
+    /// delay and then fails if asked to.
+    async fn read_with(
+        &self,
+        cache: &RangeCache,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+        salt: u8,
+        slow: Option<(std::time::Duration, bool)>,
+    ) -> object_store::Result<Vec<Bytes>> {
         cache
             .read_through(
                 object,
@@ -72,14 +76,16 @@ impl Fetches {
                 None,
                 |wanted| async move {
                     self.calls.lock().unwrap().push(wanted.clone());
-                    tokio::time::sleep(delay).await;
-                    match fail {
-                        true => Err(object_store::Error::Generic {
-                            store: "test",
-                            source: "boom".into(),
-                        }),
-                        false => Ok(wanted.iter().map(|r| content(r, 0)).collect()),
+                    if let Some((delay, fail)) = slow {
+                        tokio::time::sleep(delay).await;
+                        if fail {
+                            return Err(object_store::Error::Generic {
+                                store: "test",
+                                source: "boom".into(),
+                            });
+                        }
                     }
+                    Ok(wanted.iter().map(|r| content(r, salt)).collect())
                 },
                 || Some(object.clone()),
             )

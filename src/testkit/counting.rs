@@ -27,6 +27,33 @@ pub struct RequestCounts {
     pub write: u64,
 }
 
+impl RequestCounts {
+    /// Every request, of any kind.
+    pub fn total(&self) -> u64 {
+        self.head + self.get + self.list + self.write
+    }
+}
+
+impl std::ops::Add for RequestCounts {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            head: self.head + other.head,
+            get: self.get + other.get,
+            list: self.list + other.list,
+            write: self.write + other.write,
+        }
+    }
+}
+
+impl std::iter::Sum for RequestCounts {
+    /// The requests of several stores (the processes of a cluster, say) together.
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        iter.fold(Self::default(), |a, b| a + b)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     head: AtomicU64,
