@@ -117,14 +117,21 @@ async fn large_files_prefetch_exactly_the_chunks_datafusion_reads() {
                 p.bytes_fetched - before.bytes_fetched,
                 p.bytes_wasted - before.bytes_wasted,
             );
-            // Filtered queries may leave bytes unread: pages a row selection from the page
-            // index skips (prefetching fetches whole chunks of the row groups that remain).
             assert!(p.bytes_used > before.bytes_used, "{}: {sql}", b.name);
             fetched.push((bytes, wasted));
         }
         assert_eq!(
             fetched[0].1, 0,
             "{}: a full scan reads every byte fetched",
+            b.name
+        );
+        // The narrow range reads a few pages of two row groups: those are fetched, not the
+        // row groups, and what is fetched and never read (bytes between pages fetched with
+        // them) is at most 5%.
+        let (bytes, wasted) = fetched[2];
+        assert!(
+            wasted * 20 <= bytes,
+            "{}: the narrow range wastes {wasted} of {bytes} bytes",
             b.name
         );
         for (i, &(bytes, _)) in fetched.iter().enumerate().skip(1) {
@@ -383,5 +390,85 @@ async fn explain_analyze_shows_the_scans_cache_and_prefetch_figures() {
         "index_footer_misses=0",
     ] {
         assert!(warm.contains(metric), "{metric} in:\n{warm}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_above_a_filter_fetches_no_more_than_the_readers_read() {
+    for b in backends("prefetch_limit_filter") {
+        b.write(&LakeSpec::small_files(4).with_row_groups_of(500))
+            .await;
+        // A tenth of the rows match, so each reader meets the limit in its first row group;
+        // the scan below the filter cannot know that. Each side runs it once first, so the
+        // second run's figures are the data reads alone (footers are cached on both sides).
+        let sql = "SELECT id, name FROM t WHERE name LIKE '%-00%' LIMIT 5";
+        let plain = b.counting();
+        // One partition: with two, whether the second reader asks for its first row group
+        // before the first one's rows end the query is a race, on either side.
+        let one = || SessionConfig::new().with_target_partitions(1);
+        let vanilla = datafusion_lakecache::testkit::context(None, one()).unwrap();
+        vanilla.register_object_store(&b.store_url, plain.clone());
+        vanilla
+            .register_parquet("t", b.table_url(), Default::default())
+            .await
+            .unwrap();
+        rows(&vanilla, sql).await.unwrap();
+        plain.reset();
+        assert_eq!(rows(&vanilla, sql).await.unwrap().len(), 5 + 4);
+        let lake = LakeCache::builder()
+            .range_cache(false)
+            .set("lakecache.prefetch.small_file", "1KiB")
+            .set("lakecache.prefetch.split_size", "64KiB")
+            .build()
+            .unwrap();
+        let counted = b.counting();
+        let ctx = installed(
+            &b,
+            counted.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            one(),
+        )
+        .await;
+        rows(&ctx, sql).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        counted.reset();
+        let before = lake.stats().prefetch;
+        assert_eq!(rows(&ctx, sql).await.unwrap().len(), 5 + 4);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (ours, theirs) = (counted.bytes(), plain.bytes());
+        let p = lake.stats().prefetch;
+        eprintln!("{}: {ours} bytes against vanilla's {theirs}: {p:?}", b.name);
+        assert!(
+            ours * 20 <= theirs * 21,
+            "{}: {ours} bytes fetched, DataFusion alone reads {theirs}",
+            b.name
+        );
+        assert!(
+            p.bytes_used > before.bytes_used,
+            "{}: the readers' reads were prefetched: {p:?}",
+            b.name
+        );
+        // A filter no row passes: the readers read on past the first row group, and the
+        // scan grows its downloads ahead of them as they show it.
+        let sql = "SELECT id, name FROM t WHERE name LIKE '%zz%' LIMIT 5";
+        let before = lake.stats().prefetch;
+        assert_eq!(
+            rows(&ctx, sql).await.unwrap(),
+            rows(&vanilla, sql).await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let p = lake.stats().prefetch;
+        eprintln!("{}: no match: {p:?}", b.name);
+        assert!(
+            p.bytes_used - before.bytes_used > 4 * (ours - theirs.min(ours)).max(theirs),
+            "{}: most of the name column came prefetched: {p:?}",
+            b.name
+        );
+        assert!(
+            p.peak_in_flight > 2,
+            "{}: downloads ran ahead of the readers: {p:?}",
+            b.name
+        );
     }
 }

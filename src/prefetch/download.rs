@@ -16,6 +16,10 @@ use super::queue::{State, Work};
 use super::{Download, Scan};
 use crate::index::footer::load_footer;
 
+/// What a footer load fetched on a guess counts against a scan that may stop early: about a
+/// footer and page index of a large file.
+const FOOTER_GUESS: u64 = 64 << 10;
+
 impl Scan {
     /// Starts queued work while the controller allows more downloads and the budget and the
     /// memory pool allow their bytes.
@@ -38,6 +42,11 @@ impl Scan {
                 state.queue.remove(&key);
                 continue;
             }
+            let guess = self.plan.stops_early && self.is_guess(state, work);
+            if guess && !state.may_guess(bytes.max(FOOTER_GUESS)) {
+                // The readers have not shown they read this far; they start it if they do.
+                return;
+            }
             if bytes > 0 && !self.reserve(state, bytes) {
                 return;
             }
@@ -45,10 +54,35 @@ impl Scan {
                 Some(Work::Footer(path)) => self.launch_footer(state, path, runtime),
                 Some(Work::Unit(path, start)) => {
                     self.launch_unit(state, &path, start, bytes, runtime);
+                    if let Some(unit) = state
+                        .files
+                        .get_mut(&path)
+                        .and_then(|e| e.units.get_mut(&start))
+                    {
+                        // Ahead of the readers until one asks for it.
+                        unit.speculative = true;
+                        state.ahead += bytes;
+                    }
                 }
                 None => {}
             }
         }
+    }
+
+    /// Whether `work` is fetched on a guess: anything but the first work of a file a reader
+    /// has opened (its footer, or the whole file when small), which that reader surely reads.
+    fn is_guess(&self, state: &State, work: &Work) -> bool {
+        let (path, whole) = match work {
+            Work::Footer(path) => (path, true),
+            Work::Unit(path, start) => {
+                let entry = state.files.get(path);
+                let whole = entry
+                    .and_then(|e| e.units.get(start))
+                    .is_some_and(|u| u.whole);
+                (path, whole)
+            }
+        };
+        !(whole && state.files.get(path).is_some_and(|e| e.opens > 0))
     }
 
     fn spawn_task(
@@ -175,8 +209,9 @@ impl Scan {
             if let Some(unit) = entry.units.get_mut(&range.start) {
                 unit.arrived = true;
             }
-        } else if let Some(unit) = entry.units.remove(&range.start) {
+        } else if let Some(mut unit) = entry.units.remove(&range.start) {
             // Never keep a failed download: readers read these bytes themselves.
+            state.claimed(&mut unit);
             self.release(&mut state, unit.reserved);
         }
     }

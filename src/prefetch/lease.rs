@@ -3,6 +3,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -20,6 +21,8 @@ pub(crate) struct FileLease {
     path: Path,
     generation: u64,
     runtime: Handle,
+    /// Column-data reads this reader has made.
+    data_reads: AtomicUsize,
 }
 
 /// Prefetched bytes for one requested range: pieces of downloads, in order.
@@ -33,13 +36,36 @@ impl FileLease {
             path,
             generation,
             runtime,
+            data_reads: AtomicUsize::new(0),
         }
     }
 
-    /// The bytes of `range` if prefetching covers it (already here, under way, or queued and
-    /// started now); `None` if the reader should read them itself.
-    pub(crate) async fn read(&self, range: Range<u64>) -> Option<Bytes> {
-        let parts = self.cover(&range)?;
+    /// The bytes of each of `ranges` that prefetching covers (already here, under way, or
+    /// queued and started now, all before any is awaited); `None` for those the reader should
+    /// read itself. `data` marks a read of column data (not of a footer, page index or bloom
+    /// filter): every such read after this reader's first shows the scan reads on.
+    pub(crate) async fn read_all(&self, ranges: &[Range<u64>], data: bool) -> Vec<Option<Bytes>> {
+        let covered: Vec<Option<Parts>> = ranges.iter().map(|r| self.cover(r)).collect();
+        if data && self.data_reads.fetch_add(1, Relaxed) > 0 {
+            let asked: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+            let mut state = self.scan.lock();
+            if state.generation == self.generation {
+                state.proven += asked;
+                self.scan.pump(&mut state, &self.runtime);
+            }
+        }
+        let mut found = Vec::with_capacity(ranges.len());
+        for (range, parts) in ranges.iter().zip(covered) {
+            found.push(match parts {
+                Some(parts) => self.join(range, parts).await,
+                None => None,
+            });
+        }
+        found
+    }
+
+    /// The bytes of `range` from the downloads that cover it, or `None` if one failed.
+    async fn join(&self, range: &Range<u64>, parts: Parts) -> Option<Bytes> {
         let began = Instant::now();
         let mut pieces = Vec::with_capacity(parts.len());
         for (download, slice) in parts {
@@ -127,12 +153,18 @@ impl FileLease {
                 }
             };
             let unit = state.files.get_mut(&self.path)?.units.get_mut(&start)?;
+            let guessed = std::mem::take(&mut unit.speculative);
             let lo = range.start.max(unit.range.start);
             let hi = range.end.min(unit.range.end);
             unit.served += hi - lo;
             let offset = unit.range.start;
             let read_through = !unit.whole && unit.served >= unit.range.end - unit.range.start;
+            let len = unit.range.end - unit.range.start;
             parts.push((download, (lo - offset) as usize..(hi - offset) as usize));
+            if guessed {
+                // A reader asked for it: no longer ahead of them.
+                state.ahead = state.ahead.saturating_sub(len);
+            }
             if read_through {
                 // Every byte of this piece has been handed out: its buffer is the reader's now.
                 if let Some(unit) = state

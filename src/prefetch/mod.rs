@@ -4,13 +4,17 @@
 //! DataFusion 55 keeps one request in flight per partition. A scan's [`Prefetcher`] knows the
 //! scan's files from its final plan ([`ScanPlan`]) and, from the first file a reader opens,
 //! downloads ahead of the readers:
-//! - a file whose footer is cached: the column chunks the scan will read (its projection and
-//!   DataFusion's row-group pruning applied), in file order, nearby chunks merged and long
-//!   ones split into parallel requests of `split_bytes`;
+//! - a file whose footer is cached: the column chunks, or with a row selection the pages,
+//!   the scan will read (its projection and DataFusion's row-group, limit and page pruning
+//!   applied), in file order, nearby ones merged and long ones split into parallel requests
+//!   of `split_bytes`;
 //! - a small file (up to `small_file_bytes`) whose footer is not cached: the whole file in one
 //!   request, so footer, page index, bloom filters and data come from those bytes;
 //! - a larger file whose footer is not cached: the footer into the index cache, then its
 //!   chunks as above.
+//!
+//! A scan the query may stop early (a limit above it) fetches on a guess only as far as its
+//! readers have shown they read ([`ScanPlan::stops_early`]); the rest it fetches as they ask.
 //!
 //! Every download is a versioned read (`crate::store`) of the version the scan planned with,
 //! so it is guarded, checked and kept in the range cache like any read; ranges the range

@@ -13,7 +13,8 @@ use arrow::datatypes::SchemaRef;
 use datafusion::common::config::ConfigOptions;
 use datafusion::datasource::listing::{FileRange, PartitionedFile};
 use datafusion::datasource::physical_plan::parquet::{
-    ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
+    PagePruningAccessPlanFilter, ParquetAccessPlan, ParquetFileMetrics, RowGroupAccess,
+    RowGroupAccessPlanFilter,
 };
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
 use datafusion::physical_expr::utils::collect_columns;
@@ -24,6 +25,7 @@ use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicate
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use object_store::{OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta};
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::parquet_to_arrow_schema;
 use parquet::file::metadata::ParquetMetaData;
 
@@ -37,11 +39,19 @@ pub(crate) struct ScanFile {
     pub range: Option<FileRange>,
 }
 
-/// Chunks of one row group this close together are fetched as one request, as object_store
-/// coalesces the ranges DataFusion asks for in one call: a prefetch then costs the requests
-/// and bytes the reader's own reads would have, only earlier. Row groups are never merged,
-/// so bytes of a pruned row group are never fetched.
-const GAP: u64 = OBJECT_STORE_COALESCE_DEFAULT;
+/// Whole column chunks of one row group this close together are fetched as one request, as
+/// object_store coalesces the ranges DataFusion asks for in one call: a prefetch then costs
+/// the requests and bytes the reader's own reads would have, only earlier. Row groups are
+/// never merged, so bytes of a pruned row group are never fetched.
+const CHUNK_GAP: u64 = OBJECT_STORE_COALESCE_DEFAULT;
+
+/// Pages of one row group are fetched as one request when the bytes between them (pages the
+/// reader skips, columns it does not read) come to at most 1 / `WASTE_SHARE` of it, or the
+/// gap is under [`PAGE_GAP`]. Merging as object_store does would fetch most of the pages a
+/// narrow filter skips; requests run side by side, so a few more cost little time.
+const WASTE_SHARE: u64 = 20;
+/// A gap between pages too small to be worth a request of its own.
+const PAGE_GAP: u64 = 4 << 10;
 
 /// What one Parquet scan reads.
 #[derive(Debug)]
@@ -55,6 +65,16 @@ pub(crate) struct ScanPlan {
     file_schema: SchemaRef,
     /// Rows the scan stops after, when DataFusion pushed a limit into it.
     pub limit: Option<usize>,
+    /// Whether the scan must keep its files' row order (then no limit prunes row groups).
+    preserve_order: bool,
+    /// Whether the reader prunes pages by the page index.
+    page_index: bool,
+    /// Whether filters are pushed into the reader, which then reads rows past a limit.
+    pushdown_filters: bool,
+    /// Whether the query may stop reading this scan early (a limit above it, with nothing
+    /// between that reads all its input first): the prefetcher then fetches ahead only as
+    /// far as the readers have shown they read.
+    pub stops_early: bool,
     /// DataFusion's row-group pruning wants a metrics sink; these figures are not shown.
     metrics: ParquetFileMetrics,
 }
@@ -111,6 +131,10 @@ impl ScanPlan {
             predicate,
             file_schema: Arc::clone(source.table_schema().file_schema()),
             limit: config.limit,
+            preserve_order: config.preserve_order,
+            page_index: source.table_parquet_options().global.enable_page_index,
+            pushdown_filters: source.table_parquet_options().global.pushdown_filters,
+            stops_early: config.limit.is_some(),
             metrics: ParquetFileMetrics::new(0, "prefetch plan", &ExecutionPlanMetricsSet::new()),
         }
     }
@@ -118,9 +142,13 @@ impl ScanPlan {
     /// The ranges of `file` DataFusion is expected to read, in file order, each at most
     /// `split` bytes long.
     ///
-    /// Applies the file's byte range, the projection and DataFusion's own row-group pruning
-    /// by statistics. Chunks of a row group closer than [`GAP`] are merged, and ranges longer
-    /// than `split` cut into requests that run side by side.
+    /// Mirrors the access plan DataFusion's opener builds ([`Self::access_plan`]) and what
+    /// parquet's reader then fetches of it: for a row group it scans whole, the projected
+    /// column chunks; for one it scans a row selection of (page pruning, a limit), the
+    /// dictionary page and the data pages holding selected rows, found in the offset index.
+    /// Ranges of a row group are merged as object_store would ([`CHUNK_GAP`]), pages only
+    /// where that wastes little ([`WASTE_SHARE`]), and
+    /// ranges longer than `split` cut into requests that run side by side.
     pub fn pieces(
         &self,
         file: &ScanFile,
@@ -128,41 +156,69 @@ impl ScanPlan {
         split: u64,
     ) -> Vec<Range<u64>> {
         let row_groups = metadata.row_groups();
-        let mut access =
-            RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(row_groups.len()));
-        if let Some(range) = &file.range {
-            access.prune_by_range(row_groups, range);
-        }
         let schema = metadata.file_metadata().schema_descr();
-        if let Some((predicate, arrow)) = self.pruning_predicate(metadata) {
-            access.prune_by_statistics(&arrow, schema, row_groups, &predicate, &self.metrics);
-        }
-        let wanted: Vec<bool> = (0..schema.num_columns())
-            .map(|leaf| {
+        let wanted: Vec<usize> = (0..schema.num_columns())
+            .filter(|&leaf| {
                 let root = schema.get_column_root(leaf).name();
                 self.columns.as_ref().is_none_or(|c| c.contains(root))
             })
             .collect();
+        let offsets = metadata.offset_index();
+        let mut left = self.row_limit();
         let mut merged: Vec<Range<u64>> = Vec::new();
-        for rg in access.row_group_indexes() {
-            let mut chunks: Vec<Range<u64>> = row_groups[rg]
-                .columns()
-                .iter()
-                .enumerate()
-                .filter(|(leaf, _)| wanted.get(*leaf).copied().unwrap_or(true))
+        for (rg, access) in self
+            .access_plan(file, metadata)
+            .into_inner()
+            .into_iter()
+            .enumerate()
+        {
+            let rows = row_groups[rg].num_rows().max(0) as usize;
+            let mut selection = match access {
+                RowGroupAccess::Skip => continue,
+                RowGroupAccess::Scan => None,
+                RowGroupAccess::Selection(selection) => Some(selection),
+            };
+            if let Some(left) = left.as_mut() {
+                // The reader stops after the limit's rows: those of the first row groups.
+                if *left == 0 {
+                    break;
+                }
+                let selected = selection.as_ref().map_or(rows, |s| s.row_count());
+                if selected > *left {
+                    selection = Some(first_rows(selection.as_ref(), rows, *left));
+                }
+                *left -= selected.min(*left);
+            }
+            let mut ranges: Vec<Range<u64>> = Vec::new();
+            for &leaf in &wanted {
                 // Checked, not `byte_range()`, which asserts on a footer's negative offsets.
-                .filter_map(|(_, chunk)| chunk_range(chunk))
-                .collect();
-            chunks.sort_by_key(|r| r.start);
-            let first = merged.len();
-            for range in chunks {
-                match merged[first..].last_mut() {
-                    Some(last) if range.start <= last.end.saturating_add(GAP) => {
-                        last.end = last.end.max(range.end)
+                let Some(chunk) = row_groups[rg].columns().get(leaf).and_then(chunk_range) else {
+                    continue;
+                };
+                let pages = offsets
+                    .and_then(|o| o.get(rg))
+                    .and_then(|o| o.get(leaf))
+                    .map(|o| o.page_locations());
+                match (&selection, pages) {
+                    (Some(selection), Some(pages)) if !pages.is_empty() => {
+                        // As parquet's reader does: the dictionary page, if the first data page
+                        // does not start the chunk, then the pages of selected rows.
+                        let first = u64::try_from(pages[0].offset).unwrap_or(chunk.start);
+                        if first > chunk.start {
+                            ranges.push(chunk.start..first.min(chunk.end));
+                        }
+                        ranges.extend(selection.scan_ranges(pages));
                     }
-                    _ => merged.push(range),
+                    _ => ranges.push(chunk),
                 }
             }
+            ranges.sort_by_key(|r| r.start);
+            let gap = if selection.is_some() {
+                PAGE_GAP
+            } else {
+                CHUNK_GAP
+            };
+            merged.extend(merge_close(ranges, gap));
         }
         merged.sort_by_key(|r| r.start);
         let mut pieces = Vec::new();
@@ -177,12 +233,62 @@ impl ScanPlan {
         pieces
     }
 
-    /// The scan's predicate as DataFusion prunes row groups of this file with it, or `None`
-    /// if there is none or it cannot be applied here (then no row group is ruled out).
+    /// The row groups and row selections DataFusion's opener will read of `file`: its byte
+    /// range, row-group pruning by statistics, pruning by the limit over fully matched row
+    /// groups, then page pruning by the page index (bloom filters, which the opener also
+    /// consults, are left out: a row group they would rule out is fetched in vain, never
+    /// missed).
+    fn access_plan(&self, file: &ScanFile, metadata: &ParquetMetaData) -> ParquetAccessPlan {
+        let row_groups = metadata.row_groups();
+        let mut access =
+            RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(row_groups.len()));
+        if let Some(range) = &file.range {
+            access.prune_by_range(row_groups, range);
+        }
+        let schema = metadata.file_metadata().schema_descr();
+        let pruning = self.pruning_predicate(metadata);
+        if let Some((predicate, arrow, _)) = &pruning {
+            access.prune_by_statistics(arrow, schema, row_groups, predicate, &self.metrics);
+        }
+        if let (Some(limit), false) = (self.limit, self.preserve_order) {
+            access.prune_by_limit(limit, row_groups, &self.metrics);
+        }
+        let plan = access.build();
+        match &pruning {
+            Some((_, arrow, predicate)) if self.page_index && !plan.is_empty() => {
+                PagePruningAccessPlanFilter::new(predicate, Arc::clone(arrow))
+                    .prune_plan_with_page_index(plan, arrow, schema, metadata, &self.metrics)
+            }
+            _ => plan,
+        }
+    }
+
+    /// The rows each reader stops after, when they can be counted before filtering: the
+    /// scan's limit, unless filters are pushed into the reader (it then counts rows that
+    /// pass them, which no footer tells).
+    fn row_limit(&self) -> Option<usize> {
+        match (self.limit, &self.predicate) {
+            (Some(_), Some(_)) if self.pushdown_filters => None,
+            (limit, _) => limit,
+        }
+    }
+
+    /// The plan of a scan the query may stop reading early (`true`), or surely reads to its
+    /// end as far as its plan tells (`false`). A limit pushed into the scan always counts.
+    pub fn stopping_early(self, stops_early: bool) -> Self {
+        Self {
+            stops_early: stops_early || self.limit.is_some(),
+            ..self
+        }
+    }
+
+    /// The scan's predicate as DataFusion prunes row groups of this file with it, the file's
+    /// schema and the predicate rewritten to it; `None` if there is none or it cannot be
+    /// applied here (then no row group is ruled out).
     fn pruning_predicate(
         &self,
         metadata: &ParquetMetaData,
-    ) -> Option<(Arc<PruningPredicate>, SchemaRef)> {
+    ) -> Option<(Arc<PruningPredicate>, SchemaRef, Arc<dyn PhysicalExpr>)> {
         let predicate = self.predicate.as_ref()?;
         let physical = parquet_to_arrow_schema(metadata.file_metadata().schema_descr(), None)
             .ok()
@@ -193,7 +299,106 @@ impl ScanPlan {
         let predicate = adapter.rewrite(Arc::clone(predicate)).ok()?;
         let pruning = PruningPredicateBuilder::new()
             .with_file_schema(Arc::clone(&physical))
-            .build(predicate)?;
-        Some((pruning, physical))
+            .build(Arc::clone(&predicate))?;
+        Some((pruning, physical, predicate))
+    }
+}
+
+/// The first `n` rows `selection` selects of a row group of `rows` rows (`None`: all rows).
+fn first_rows(selection: Option<&RowSelection>, rows: usize, n: usize) -> RowSelection {
+    let all = [RowSelector::select(rows)];
+    let selectors: Vec<RowSelector> = match selection {
+        Some(s) => s.iter().copied().collect(),
+        None => all.to_vec(),
+    };
+    let mut left = n;
+    let mut out = Vec::with_capacity(selectors.len() + 1);
+    let mut covered = 0;
+    for selector in selectors {
+        if left == 0 {
+            break;
+        }
+        let take = if selector.skip {
+            selector.row_count
+        } else {
+            selector.row_count.min(left)
+        };
+        if !selector.skip {
+            left -= take;
+        }
+        covered += take;
+        out.push(RowSelector {
+            row_count: take,
+            skip: selector.skip,
+        });
+    }
+    if covered < rows {
+        out.push(RowSelector::skip(rows - covered));
+    }
+    RowSelection::from(out)
+}
+
+/// `ranges` (sorted by start) merged where the gap is at most `gap`, or the bytes between
+/// them stay within 1 / [`WASTE_SHARE`] of the merged request.
+fn merge_close(ranges: Vec<Range<u64>>, gap_bytes: u64) -> Vec<Range<u64>> {
+    // Each merged range with the bytes of gaps it holds.
+    let mut merged: Vec<(Range<u64>, u64)> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        if let Some((last, waste)) = merged.last_mut() {
+            let gap = range.start.saturating_sub(last.end);
+            let span = range.end.max(last.end) - last.start;
+            if gap <= gap_bytes || (*waste + gap).saturating_mul(WASTE_SHARE) <= span {
+                last.end = last.end.max(range.end);
+                *waste += gap;
+                continue;
+            }
+        }
+        merged.push((range, 0));
+    }
+    merged.into_iter().map(|(r, _)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_merge_only_where_little_is_wasted() {
+        // Two pages 10 bytes apart in 400: merged. 300 apart: two requests.
+        assert_eq!(merge_close(vec![0..200, 210..400], 0), vec![0..400]);
+        assert_eq!(
+            merge_close(vec![0..100, 400..500], 0),
+            vec![0..100, 400..500]
+        );
+        // The waste of earlier merges counts: the third gap would take it past 1 in 20.
+        assert_eq!(
+            merge_close(vec![0..100, 105..200, 205..300, 320..340], 0),
+            vec![0..300, 320..340]
+        );
+        // Gaps up to the floor always merge (whole chunks, as object_store would).
+        assert_eq!(merge_close(vec![0..10, 1000..1010], 1 << 20), vec![0..1010]);
+    }
+
+    #[test]
+    fn a_limit_selects_the_first_rows_of_a_selection() {
+        let rows = |s: &RowSelection| -> Vec<(bool, usize)> {
+            s.iter().map(|r| (r.skip, r.row_count)).collect()
+        };
+        // All 100 rows, first 10: select 10, skip 90.
+        assert_eq!(
+            rows(&first_rows(None, 100, 10)),
+            vec![(false, 10), (true, 90)]
+        );
+        // Skip 20, select 50, skip 30; first 10 selected: skip 20, select 10, skip the rest.
+        let s = RowSelection::from(vec![
+            RowSelector::skip(20),
+            RowSelector::select(50),
+            RowSelector::skip(30),
+        ]);
+        assert_eq!(
+            rows(&first_rows(Some(&s), 100, 10)),
+            vec![(true, 20), (false, 10), (true, 70)]
+        );
+        assert_eq!(first_rows(Some(&s), 100, 10).row_count(), 10);
     }
 }

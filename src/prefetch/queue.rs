@@ -38,6 +38,8 @@ pub(super) struct Unit {
     /// A whole small file, which footer, index and data reads all come back to: kept until
     /// the file is closed rather than once every byte was read.
     pub whole: bool,
+    /// Started ahead of any reader asking for it: counted in [`State::ahead`] until one does.
+    pub speculative: bool,
 }
 
 impl Unit {
@@ -49,6 +51,7 @@ impl Unit {
             served: 0,
             arrived: false,
             whole,
+            speculative: false,
         }
     }
 }
@@ -96,6 +99,11 @@ pub(super) struct State {
     pub in_flight: usize,
     pub tasks: HashMap<u64, AbortHandle>,
     pub next_task: u64,
+    /// Bytes readers asked for beyond each open file's first data read: what the scan has
+    /// shown it reads. A scan that may stop early fetches ahead at most this much.
+    pub proven: u64,
+    /// Bytes of downloads started before any reader asked for them, not yet asked for.
+    pub ahead: u64,
 }
 
 impl State {
@@ -114,6 +122,8 @@ impl State {
             in_flight: 0,
             tasks: HashMap::new(),
             next_task: 0,
+            proven: 0,
+            ahead: 0,
         }
     }
 
@@ -123,6 +133,18 @@ impl State {
             .range((rank, 0)..(rank + 1, 0))
             .map(|(k, _)| *k)
             .collect()
+    }
+
+    /// Whether a scan that may stop early may start `bytes` more ahead of its readers.
+    pub fn may_guess(&self, bytes: u64) -> bool {
+        self.ahead.saturating_add(bytes) <= self.proven
+    }
+
+    /// Notes that a reader asked for `unit` (or that it is dropped): it is no longer ahead.
+    pub fn claimed(&mut self, unit: &mut Unit) {
+        if std::mem::take(&mut unit.speculative) {
+            self.ahead = self.ahead.saturating_sub(unit.range.end - unit.range.start);
+        }
     }
 
     fn push(&mut self, rank: i64, work: Work) {
@@ -158,16 +180,19 @@ impl Scan {
             entry.splits.push(position);
         }
         state.cursor = 0;
+        state.proven = 0;
+        state.ahead = 0;
         self.figures.scan_started();
     }
 
     /// Queues the work of the next files in the scan's order until there is enough to keep
     /// every allowed download busy twice over. Working out a file's pieces costs CPU (its
     /// row groups are pruned), so a scan of a hundred thousand files plans only what it
-    /// will fetch soon. With a limit pushed into the scan, only files a reader opens are
-    /// fetched: the limit is usually reached long before the last file.
+    /// will fetch soon. A scan the query may stop early looks past the files its readers
+    /// opened only as far as they have shown they read: a limit is usually reached long
+    /// before the last file.
     pub(super) fn fill_queue(&self, state: &mut State) {
-        if self.plan.limit.is_some() {
+        if self.plan.stops_early && !state.may_guess(1) {
             return;
         }
         let want = 2 * state.controller.downloads();
@@ -292,7 +317,8 @@ impl Scan {
         }
     }
 
-    fn drop_unit(&self, state: &mut State, unit: Unit) {
+    fn drop_unit(&self, state: &mut State, mut unit: Unit) {
+        state.claimed(&mut unit);
         if unit.arrived {
             let len = unit.range.end - unit.range.start;
             self.figures.wasted(len.saturating_sub(unit.served));

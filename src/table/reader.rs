@@ -120,17 +120,12 @@ struct FileBytes {
 
 impl FileBytes {
     /// `ranges` of the planned version: from the prefetcher where it has them, the rest in
-    /// one versioned read.
-    async fn get(&self, ranges: Vec<Range<u64>>) -> object_store::Result<Vec<Bytes>> {
-        let mut found: Vec<Option<Bytes>> = Vec::with_capacity(ranges.len());
-        match &self.lease {
-            Some(lease) => {
-                for range in &ranges {
-                    found.push(lease.read(range.clone()).await);
-                }
-            }
-            None => found.resize(ranges.len(), None),
-        }
+    /// one versioned read. `data` marks reads of column data (see `FileLease::read_all`).
+    async fn get(&self, ranges: Vec<Range<u64>>, data: bool) -> object_store::Result<Vec<Bytes>> {
+        let found = match &self.lease {
+            Some(lease) => lease.read_all(&ranges, data).await,
+            None => vec![None; ranges.len()],
+        };
         let missing: Vec<Range<u64>> = ranges
             .iter()
             .zip(&found)
@@ -149,7 +144,11 @@ impl FileBytes {
     }
 
     async fn get_one(&self, range: Range<u64>) -> object_store::Result<Bytes> {
-        Ok(self.get(vec![range]).await?.pop().unwrap_or_default())
+        Ok(self
+            .get(vec![range], false)
+            .await?
+            .pop()
+            .unwrap_or_default())
     }
 }
 
@@ -232,7 +231,7 @@ impl AsyncFileReader for LakeReader {
         let total: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
         self.scanned(total);
         let bytes = self.bytes.clone();
-        async move { bytes.get(ranges).await.map_err(store_error) }.boxed()
+        async move { bytes.get(ranges, true).await.map_err(store_error) }.boxed()
     }
 
     fn get_metadata<'a>(

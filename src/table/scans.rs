@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::physical_plan::{
     FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
 };
@@ -12,7 +11,10 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
+use datafusion::physical_plan::execution_plan::EmissionType;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions, replace_children_if_necessary,
+};
 
 use super::LakeReaderFactory;
 use crate::config::{LakeOptions, Settings};
@@ -65,7 +67,7 @@ impl ScanCaches {
         runtime: &Arc<RuntimeEnv>,
         prefetch: bool,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let scan = |config: &FileScanConfig, source: &ParquetSource, by_log: bool| {
+        let scan = |config: &FileScanConfig, source: &ParquetSource, above: Above| {
             let Some(current) = source.parquet_file_reader_factory() else {
                 return Ok(None);
             };
@@ -79,17 +81,20 @@ impl ScanCaches {
                 return Ok(None);
             }
             let reads = self.reads(runtime, &config.object_store_url)?;
-            let reads = if by_log { reads.named_by_log() } else { reads };
+            let reads = match above.by_log {
+                true => reads.named_by_log(),
+                false => reads,
+            };
             let planning = Some(runtime.cache_manager.get_file_metadata_cache());
             let prefetcher = match prefetch {
-                true => self.prefetcher(config, source, options, runtime, &reads),
+                true => self.prefetcher(config, source, options, runtime, &reads, above),
                 false => None,
             };
             let index = self.caches.index.clone();
             let factory = LakeReaderFactory::new(reads, index, planning, prefetcher);
             Ok(Some(Arc::new(factory) as Arc<dyn ParquetFileReaderFactory>))
         };
-        map_parquet_scans(plan, false, &scan)
+        map_parquet_scans(plan, Above::default(), &scan)
     }
 
     fn prefetcher(
@@ -99,6 +104,7 @@ impl ScanCaches {
         options: &ConfigOptions,
         runtime: &Arc<RuntimeEnv>,
         reads: &StoreReads,
+        above: Above,
     ) -> Option<Prefetcher> {
         let settings = options
             .extensions
@@ -113,13 +119,41 @@ impl ScanCaches {
             settings: settings.clone(),
             metadata_size_hint: options.execution.parquet.metadata_size_hint,
         };
-        Prefetcher::try_new(ScanPlan::new(config, source, options), inputs)
+        let plan = ScanPlan::new(config, source, options).stopping_early(above.stops_early);
+        Prefetcher::try_new(plan, inputs)
     }
 }
 
-/// What gives a Parquet scan its reader factory: its config, its source, and whether a table
-/// log names its files (`Some` replaces the factory).
-type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, bool) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>
+/// Where a scan sits in its plan, as far as its reads are concerned.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Above {
+    /// A table log names the scan's files (a table format's scan is above it).
+    pub by_log: bool,
+    /// The query may stop reading the scan early: a limit is above it with nothing between
+    /// that reads all its input before it emits (a sort, an aggregate).
+    pub stops_early: bool,
+}
+
+impl Above {
+    /// What the children of `node` have above them.
+    fn below(self, node: &dyn ExecutionPlan) -> Self {
+        let stops_early = match node.properties().emission_type {
+            // It reads every row of its input whatever is above it.
+            EmissionType::Final => false,
+            EmissionType::Incremental | EmissionType::Both => {
+                self.stops_early || node.fetch().is_some()
+            }
+        };
+        Self {
+            by_log: self.by_log || names_files_by_log(node),
+            stops_early,
+        }
+    }
+}
+
+/// What gives a Parquet scan its reader factory: its config, its source, and where it sits
+/// (`Some` replaces the factory).
+type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, Above) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>
     + 'a;
 
 /// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces, leaving the rest
@@ -129,44 +163,39 @@ type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, bool) -> Result<O
 /// them, and its reads still go through the store wrapper's caches.
 fn map_parquet_scans(
     plan: Arc<dyn ExecutionPlan>,
-    by_log: bool,
+    above: Above,
     f: &ScanRewrite<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    plan.transform_down(|node| {
-        if !by_log && names_files_by_log(node.as_ref()) {
-            let children = node
-                .children()
-                .into_iter()
-                .map(|child| map_parquet_scans(Arc::clone(child), true, f))
-                .collect::<Result<Vec<_>>>()?;
-            let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
-            let rebuilt = match Arc::clone(&node).replace_children(children, options) {
-                Ok(rebuilt) => rebuilt,
-                Err(e) => {
-                    log::debug!("{} keeps its own Parquet scans: {e}", node.name());
-                    node
-                }
-            };
-            return Ok(Transformed::new(rebuilt, true, TreeNodeRecursion::Jump));
-        }
-        let Some((config, source)) = node
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
-        else {
-            return Ok(Transformed::no(node));
-        };
-        let Some(factory) = f(config, source, by_log)? else {
-            return Ok(Transformed::no(node));
+    if let Some((config, source)) = plan
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+    {
+        let Some(factory) = f(config, source, above)? else {
+            return Ok(plan);
         };
         let source = source.clone().with_parquet_file_reader_factory(factory);
         let config = FileScanConfigBuilder::from(config.clone())
             .with_source(Arc::new(source))
             .build();
-        Ok(Transformed::yes(
-            DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>
-        ))
-    })
-    .map(|t| t.data)
+        return Ok(DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>);
+    }
+    let below = above.below(plan.as_ref());
+    let children = plan
+        .children()
+        .into_iter()
+        .map(|child| map_parquet_scans(Arc::clone(child), below, f))
+        .collect::<Result<Vec<_>>>()?;
+    if !above.by_log && below.by_log {
+        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        return match Arc::clone(&plan).replace_children(children, options) {
+            Ok(rebuilt) => Ok(rebuilt),
+            Err(e) => {
+                log::debug!("{} keeps its own Parquet scans: {e}", plan.name());
+                Ok(plan)
+            }
+        };
+    }
+    replace_children_if_necessary(plan, children)
 }
 
 /// Whether `plan` is a table format's scan whose files its log names, written once: Delta

@@ -60,6 +60,8 @@ struct Counters {
     get: AtomicU64,
     list: AtomicU64,
     write: AtomicU64,
+    /// Bytes the GETs' answers carry.
+    bytes: AtomicU64,
     /// Every GET: the object and the range asked for.
     gets: Mutex<Vec<(Path, Option<GetRange>)>>,
 }
@@ -109,10 +111,16 @@ impl<S: ObjectStore> CountingStore<S> {
         self.log().clone()
     }
 
+    /// Bytes the answers to GETs carried since the last reset (what a remote store would send
+    /// if every answer were read to its end).
+    pub fn bytes(&self) -> u64 {
+        self.counters.bytes.load(Relaxed)
+    }
+
     /// Sets every count back to zero and empties the GET log.
     pub fn reset(&self) {
         let c = &self.counters;
-        for counter in [&c.head, &c.get, &c.list, &c.write] {
+        for counter in [&c.head, &c.get, &c.list, &c.write, &c.bytes] {
             counter.store(0, Relaxed);
         }
         self.log().clear();
@@ -158,7 +166,13 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
             self.counters.get.fetch_add(1, Relaxed);
             self.log().push((location.clone(), options.range.clone()));
         }
-        self.inner.get_opts(location, options).await
+        let head = options.head;
+        let result = self.inner.get_opts(location, options).await?;
+        if !head {
+            let bytes = result.range.end.saturating_sub(result.range.start);
+            self.counters.bytes.fetch_add(bytes, Relaxed);
+        }
+        Ok(result)
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
