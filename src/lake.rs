@@ -167,6 +167,7 @@ impl LakeCache {
             index: self.index().stats(),
             ranges: self.ranges().stats(),
             prefetch: self.scans.counters.snapshot(),
+            store: self.scans.caches.hedges.snapshot(),
         }
     }
 
@@ -293,7 +294,8 @@ impl LakeCacheBuilder {
             HandleCache::try_new(s.handle.clone())?,
             IndexCache::try_new(s.index.clone())?,
             RangeCache::try_new(s.range.clone())?,
-        );
+        )
+        .hedging(s.store.hedge);
         Ok(LakeCache {
             scans: ScanCaches {
                 caches,

@@ -29,11 +29,13 @@ mod table;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use config::{HandleConfig, IndexConfig, PrefetchConfig, RangeConfig, Settings, SqlConfig};
+pub use config::{
+    HandleConfig, IndexConfig, PrefetchConfig, RangeConfig, Settings, SqlConfig, StoreConfig,
+};
 pub use lake::{LakeCache, LakeCacheBuilder};
 pub use object::VersionChanged;
 pub use stats::{
-    Activity, CacheStats, HandleStats, IndexStats, LakeStats, PrefetchStats, RangeStats,
+    Activity, CacheStats, HandleStats, IndexStats, LakeStats, PrefetchStats, RangeStats, StoreStats,
 };
 pub use store::{Caches, CachingObjectStore, CheckedCache, MadeFor, PathKey};
 pub use table::{LakeTable, LakeTableFactory, ScanCaches};

@@ -235,6 +235,18 @@ impl Activity {
     }
 }
 
+/// Figures of the requests the versioned read sends to stores (`lakecache.store.*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// GETs of byte ranges sent, not counting hedges.
+    pub gets: u64,
+    /// Second requests sent for GETs still waiting past the recent 95th percentile.
+    pub hedged: u64,
+    /// Second requests that answered first.
+    pub hedges_won: u64,
+}
+
 /// Figures of every cache of a `LakeCache`, from `LakeCache::stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -247,6 +259,8 @@ pub struct LakeStats {
     pub ranges: RangeStats,
     /// Prefetching, over every scan so far.
     pub prefetch: PrefetchStats,
+    /// Requests to the stores.
+    pub store: StoreStats,
 }
 
 impl LakeStats {
@@ -298,6 +312,11 @@ impl LakeStats {
             ("range", "too_large", r.too_large),
             ("range", "shared", r.shared),
             ("range", "bytes_shared", r.bytes_shared),
+        ]);
+        rows.extend([
+            ("store", "gets", self.store.gets),
+            ("store", "hedged", self.store.hedged),
+            ("store", "hedges_won", self.store.hedges_won),
         ]);
         let p = &self.prefetch;
         rows.extend([

@@ -3,7 +3,7 @@
 //! `setting_table!` lists each setting a single time: its field, type, default, accepted
 //! range, `lakecache.*` key, builder method, scope and description. From that one table come
 //! the settings structs ([`HandleConfig`], [`IndexConfig`], [`PrefetchConfig`],
-//! [`RangeConfig`], [`SqlConfig`]), [`Settings::set`] and [`Settings::get`] (the string form SQL `SET`, `SHOW
+//! [`RangeConfig`], [`StoreConfig`], [`SqlConfig`]), [`Settings::set`] and [`Settings::get`] (the string form SQL `SET`, `SHOW
 //! ALL` and configuration files use), validation with a message naming the setting, the
 //! [`SETTINGS`] list, and the builder methods of `LakeCacheBuilder`. Adding a setting is one
 //! row.
@@ -122,6 +122,11 @@ macro_rules! setting_table {
                 disk_bytes: u64 = 16 << 30, Size { min: 1 << 20, max: PIB },
                     "lakecache.range.disk_capacity", range_disk_bytes, Shared,
                     "Bytes the disk tier keeps; least recently used ranges go first.";
+            }
+            /// Settings of the requests the versioned read makes to a store.
+            StoreConfig store {
+                hedge: bool = false, Flag, "lakecache.store.hedge", hedge_requests, Shared,
+                    "Whether a GET still waiting for its first byte past the 95th percentile of recent ones is sent again (at most 5% more requests; first answer wins).";
             }
             /// What installed sessions may do in SQL.
             SqlConfig sql {

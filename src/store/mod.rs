@@ -9,6 +9,7 @@
 //! - `wrapper.rs`: `CachingObjectStore`, which answers HEAD and LIST from the handle cache,
 //!   serves ranged GETs through the versioned read at the version it knows, and drops what a
 //!   write through it touches.
+//! - `hedge.rs`: a GET waiting past the recent 95th percentile is sent again (opt-in).
 //! - `listing.rs`: listings recorded as they stream.
 //! - `proofs.rs`: what each store instance has shown it can read, before its session gets a
 //!   cache hit for it (tenants never share what their stores would refuse).
@@ -19,6 +20,7 @@
 //! of a wrapper a session registered, from the `Arc<dyn ObjectStore>` DataFusion hands out.
 
 mod checked;
+mod hedge;
 mod listing;
 mod local;
 mod proofs;
@@ -31,6 +33,7 @@ use std::sync::{Arc, Mutex, Weak};
 use object_store::ObjectStore;
 
 pub use checked::{CheckedCache, MadeFor, PathKey};
+pub(crate) use hedge::Hedges;
 pub(crate) use reads::StoreReads;
 pub use wrapper::CachingObjectStore;
 
@@ -47,6 +50,8 @@ pub struct Caches {
     pub(crate) index: IndexCache,
     pub(crate) ranges: RangeCache,
     pub(crate) directory: Directory,
+    /// Whether GETs are hedged, and the figures of hedging.
+    pub(crate) hedges: Arc<Hedges>,
 }
 
 impl AsRef<Caches> for Caches {
@@ -63,6 +68,15 @@ impl Caches {
             index,
             ranges,
             directory: Directory::default(),
+            hedges: Arc::default(),
+        }
+    }
+
+    /// The caches, their stores hedging slow GETs if `hedge` (`lakecache.store.hedge`).
+    pub(crate) fn hedging(self, hedge: bool) -> Self {
+        Self {
+            hedges: Arc::new(Hedges::new(hedge)),
+            ..self
         }
     }
 

@@ -22,6 +22,7 @@ use object_store::{
 };
 
 use super::Caches;
+use super::hedge::Hedger;
 use super::proofs::Proofs;
 use crate::metrics::{ScanMetrics, Source};
 use crate::object::{
@@ -57,6 +58,8 @@ pub(crate) struct ReadsInner {
     proofs: Option<Proofs>,
     /// Cleared the first time the store refuses `If-Match`.
     if_match: AtomicBool,
+    /// This store's recent response times, for hedging its slow GETs.
+    hedger: Hedger,
 }
 
 impl std::fmt::Debug for StoreReads {
@@ -74,6 +77,7 @@ impl StoreReads {
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
         let proofs = Some(Proofs::new(caches.handles.config()));
+        let hedger = Hedger::new(Arc::clone(&caches.hedges));
         Self(
             Arc::new(ReadsInner {
                 inner,
@@ -83,6 +87,7 @@ impl StoreReads {
                 local,
                 proofs,
                 if_match: AtomicBool::new(true),
+                hedger,
             }),
             Naming::Store,
         )
@@ -101,6 +106,7 @@ impl StoreReads {
                 local: None,
                 proofs: None,
                 if_match: AtomicBool::new(true),
+                hedger: Hedger::new(Arc::clone(&caches.hedges)),
             }),
             Naming::Store,
         )
@@ -372,10 +378,12 @@ impl StoreReads {
                 options.if_match = guard.clone();
                 async move {
                     let what = || format!("reading {path}");
+                    // Only the wait for the response is hedged, never its body: the copy
+                    // carries the same guard, so it answers with this version or fails.
                     let response = self
                         .0
-                        .inner
-                        .get_opts(path, options)
+                        .hedger
+                        .run(|| self.0.inner.get_opts(path, options.clone()))
                         .await
                         .map_err(|e| naming(e, what()))?;
                     if !version.matches(&response.meta) {

@@ -11,9 +11,11 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 /// Objects per page of a simulated listing; S3 returns at most 1,000 keys per request.
@@ -28,7 +30,11 @@ const LIST_PAGE: usize = 1000;
 ///
 /// With [`LatencyStore::with_bandwidth`], the bytes of every GET also cross one simulated
 /// link in turn: a response of `n` bytes occupies it for `n / bandwidth`, after those ahead of
-/// it, so concurrent downloads share the bandwidth instead of each getting all of it.
+/// it, so concurrent downloads share the bandwidth instead of each getting all of it. The
+/// response itself comes after the latency; its body arrives as it crosses the link.
+///
+/// With [`LatencyStore::with_tail`], some requests take many times the latency, as a few in
+/// a hundred do on object stores.
 ///
 /// ```
 /// # use std::time::Duration;
@@ -43,8 +49,13 @@ pub struct LatencyStore<S> {
     inner: S,
     latency: Duration,
     /// Bytes per second of the shared link, and when it is next free.
-    link: Option<(u64, Arc<Mutex<Instant>>)>,
+    link: Option<Link>,
+    /// One request in `.0` takes `.1` times the latency; which ones, a seeded draw decides.
+    tail: Option<(u64, u32, Mutex<SmallRng>)>,
 }
+
+/// A simulated link: bytes per second, and when it is next free.
+type Link = (u64, Arc<Mutex<Instant>>);
 
 impl<S: ObjectStore> LatencyStore<S> {
     /// Delays every request to `inner` by `latency`.
@@ -53,7 +64,18 @@ impl<S: ObjectStore> LatencyStore<S> {
             inner,
             latency,
             link: None,
+            tail: None,
         }
+    }
+
+    /// Makes one request in `one_in` (drawn from `seed`) take `factor` times the latency.
+    pub fn with_tail(mut self, one_in: u64, factor: u32, seed: u64) -> Self {
+        self.tail = Some((
+            one_in.max(1),
+            factor,
+            Mutex::new(SmallRng::seed_from_u64(seed)),
+        ));
+        self
     }
 
     /// Also carries the bytes of every GET over one link of `bytes_per_second` (at least 1),
@@ -66,24 +88,16 @@ impl<S: ObjectStore> LatencyStore<S> {
         self
     }
 
-    /// Waits while `bytes` cross the link, after whatever is queued ahead of them.
-    async fn transfer(&self, bytes: u64) {
-        let Some((rate, free_at)) = &self.link else {
-            return;
-        };
-        let busy = Duration::from_secs_f64(bytes as f64 / *rate as f64);
-        let done = {
-            let mut free_at = free_at.lock().unwrap_or_else(|p| p.into_inner());
-            let start = (*free_at).max(Instant::now());
-            *free_at = start + busy;
-            *free_at
-        };
-        tokio::time::sleep_until(done).await;
-    }
-
     async fn round_trip(&self) {
-        if !self.latency.is_zero() {
-            tokio::time::sleep(self.latency).await;
+        let mut latency = self.latency;
+        if let Some((one_in, factor, rng)) = &self.tail {
+            let mut rng = rng.lock().unwrap_or_else(|p| p.into_inner());
+            if rng.random_range(0..*one_in) == 0 {
+                latency *= *factor;
+            }
+        }
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
         }
     }
 
@@ -101,6 +115,19 @@ impl<S: ObjectStore> LatencyStore<S> {
             .flatten()
             .boxed()
     }
+}
+
+/// Waits while `bytes` cross `link`, after whatever is queued ahead of them.
+async fn transfer(link: &Link, bytes: u64) {
+    let (rate, free_at) = link;
+    let busy = Duration::from_secs_f64(bytes as f64 / *rate as f64);
+    let done = {
+        let mut free_at = free_at.lock().unwrap_or_else(|p| p.into_inner());
+        let start = (*free_at).max(Instant::now());
+        *free_at = start + busy;
+        *free_at
+    };
+    tokio::time::sleep_until(done).await;
 }
 
 impl<S: ObjectStore> fmt::Display for LatencyStore<S> {
@@ -135,10 +162,29 @@ impl<S: ObjectStore> ObjectStore for LatencyStore<S> {
         self.round_trip().await;
         let head = options.head;
         let result = self.inner.get_opts(location, options).await?;
-        if !head {
-            self.transfer(result.range.end - result.range.start).await;
-        }
-        Ok(result)
+        let Some(link) = self.link.clone().filter(|_| !head) else {
+            return Ok(result);
+        };
+        // The response has come; its body arrives once it crossed the link.
+        let (meta, range, attributes) = (
+            result.meta.clone(),
+            result.range.clone(),
+            result.attributes.clone(),
+        );
+        let bytes = range.end - range.start;
+        let body = result.into_stream();
+        let body = stream::once(async move {
+            transfer(&link, bytes).await;
+            body
+        })
+        .flatten()
+        .boxed();
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(body),
+            meta,
+            range,
+            attributes,
+        })
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {

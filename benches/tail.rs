@@ -1,0 +1,119 @@
+//! Slow tails and hedged requests: a cold scan of 200 small files on a simulated store where
+//! one request in 100 takes 20 times the latency, 50 runs each of vanilla DataFusion,
+//! lakecache, and lakecache with `lakecache.store.hedge` on, interleaved. Figures: the
+//! percentiles of the query's time, and the requests that reached the store (hedges
+//! included) against those of the run without hedging.
+//!
+//! Each run is a new `LakeCache` and session. Registering the table (a listing and the
+//! footers, read with a 64 KiB `metadata_size_hint` on both sides so that files this small are
+//! not read whole) is not timed: it gives the hedger its first response times, and a listing,
+//! the first request of a process, has none to be hedged by. The scan's reads are cold. The
+//! store:
+//! `--latency-ms` (default 25) per real request, below range coalescing, with the tail drawn
+//! per request from a fixed seed, and one `--gbit` (default 1) Gbit/s link.
+//! `cargo bench --bench tail` (options: `-- --runs N --files N --latency-ms N --gbit N`).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Remote, arg, context, ms, run};
+use datafusion::error::Result;
+use datafusion::prelude::ParquetReadOptions;
+use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use url::Url;
+
+const SQL: &str = "SELECT category, round(sum(value), 3) FROM t GROUP BY category";
+
+/// The sides, by name and hedging setting (`None`: vanilla DataFusion).
+const SIDES: [(&str, Option<bool>); 3] = [
+    ("vanilla", None),
+    ("lakecache", Some(false)),
+    ("lakecache, hedged", Some(true)),
+];
+
+/// One cold run of `SQL` on a side: its time and the GETs and hedges it made.
+async fn cold(store: &Arc<Remote>, hedge: Option<bool>) -> Result<(Duration, u64, u64)> {
+    let lake = LakeCache::builder()
+        .set(
+            "lakecache.store.hedge",
+            if hedge == Some(true) { "true" } else { "false" },
+        )
+        .build()?;
+    let ctx = context(hedge.map(|_| &lake))?;
+    let url = Url::parse("s3://lake").expect("static URL");
+    ctx.register_object_store(&url, Arc::clone(store) as Arc<dyn ObjectStore>);
+    ctx.sql("SET datafusion.execution.parquet.metadata_size_hint = 65536")
+        .await?;
+    ctx.register_parquet("t", "s3://lake/lake/", ParquetReadOptions::default())
+        .await?;
+    store.reset();
+    let hedged = lake.stats().store.hedged;
+    let (_, took) = run(&ctx, SQL).await?;
+    Ok((took, store.counts().get, lake.stats().store.hedged - hedged))
+}
+
+/// The `p`-th percentile (nearest rank) of `times`, in ms.
+fn percentile(times: &[Duration], p: f64) -> f64 {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    ms(sorted[rank - 1])
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let runs = arg("--runs", 50) as usize;
+    let files = arg("--files", 200) as usize;
+    let latency = Duration::from_millis(arg("--latency-ms", 25));
+    let bandwidth = arg("--gbit", 1) * 125_000_000;
+    let memory = Arc::new(InMemory::new());
+    write_lake(
+        memory.as_ref(),
+        &Path::from("lake"),
+        &LakeSpec::small_files(files),
+    )
+    .await?;
+    let slow = LatencyStore::new(memory as Arc<dyn ObjectStore>, latency)
+        .with_bandwidth(bandwidth)
+        .with_tail(100, 20, 7);
+    let store = Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>));
+    println!(
+        "{files} files of 5,000 rows; {} ms per request, 1 in 100 taking 20x; one {} Gbit/s \
+         link; {runs} cold runs per side, interleaved; query: {SQL}",
+        latency.as_millis(),
+        bandwidth / 125_000_000
+    );
+    let mut figures: Vec<(Vec<Duration>, u64, u64)> = vec![(Vec::new(), 0, 0); SIDES.len()];
+    for _ in 0..runs {
+        for (side, (_, hedge)) in SIDES.iter().enumerate() {
+            let (took, gets, hedged) = cold(&store, *hedge).await?;
+            figures[side].0.push(took);
+            figures[side].1 += gets;
+            figures[side].2 += hedged;
+        }
+    }
+    let plain_gets = figures[1].1;
+    for ((name, _), (times, gets, hedged)) in SIDES.iter().zip(&figures) {
+        println!(
+            "{name:<18} p50 {:>7.1} ms  p90 {:>7.1} ms  p99 {:>7.1} ms  max {:>7.1} ms  \
+             GETs {gets:>6} ({:+.1}% against lakecache), hedges {hedged}",
+            percentile(times, 50.0),
+            percentile(times, 90.0),
+            percentile(times, 99.0),
+            percentile(times, 100.0),
+            100.0 * (*gets as f64 / plain_gets.max(1) as f64 - 1.0),
+        );
+    }
+    println!(
+        "p99 without hedging against with it: {:.2}x",
+        percentile(&figures[1].0, 99.0) / percentile(&figures[2].0, 99.0)
+    );
+    Ok(())
+}
