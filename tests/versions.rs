@@ -11,6 +11,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::{Backend, installed, remote_backends, rows, scan, sorted_lines};
 use datafusion::execution::SessionStateBuilder;
@@ -18,7 +19,7 @@ use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, file_bytes, same_layout_file};
-use datafusion_lakecache::testkit::{CloudMetadata, CountingStore};
+use datafusion_lakecache::testkit::{CloudMetadata, CountingStore, LatencyStore};
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
@@ -289,5 +290,56 @@ async fn versions_on_reads_but_not_in_listings_are_one_version() {
         let c = counted.counts();
         assert_eq!((c.list, c.get, c.head), (0, 0, 0), "{}: {c:?}", b.name);
         assert_eq!(lake.stats().handles.version_changes, 0, "{}", b.name);
+    }
+}
+
+/// With hedged GETs on a store with slow tails, a hedge is the same guarded request as the
+/// one it races: an object replaced between planning and reading is still never read half
+/// and half, whichever answer wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hedged_reads_of_a_replaced_object_are_never_half_and_half() {
+    for b in remote_backends("versions_hedged") {
+        for i in 0..FILES {
+            write_file(&b, i, 2 * i as u64).await;
+        }
+        // Without the range cache every query reads its bytes again: many GETs to hedge.
+        let lake = LakeCache::builder()
+            .set("lakecache.store.hedge", "true")
+            .range_cache(false)
+            .build()
+            .unwrap();
+        // One request in 25 takes 50 times 2 ms: far past the 95th percentile, so hedged.
+        let slow = LatencyStore::new(b.counting(), Duration::from_millis(2)).with_tail(25, 50, 3);
+        let store: Arc<dyn ObjectStore> = Arc::new(slow);
+        let ctx = installed(&b, store, &lake, SessionStateBuilder::new(), config()).await;
+        let mut states = vec![answers(&b).await];
+        for round in 0..3 {
+            for (q, sql) in QUERIES.iter().enumerate() {
+                let plan = ctx
+                    .sql(sql)
+                    .await
+                    .unwrap()
+                    .create_physical_plan()
+                    .await
+                    .unwrap();
+                write_file(&b, 0, 1 + 2 * (round * QUERIES.len() + q) as u64).await;
+                states.push(answers(&b).await);
+                let got = collect(plan, ctx.task_ctx()).await;
+                check(
+                    &b,
+                    q,
+                    got.and_then(|batches| sorted_lines(&batches)),
+                    &states,
+                );
+            }
+        }
+        let s = lake.stats().store;
+        eprintln!("{}: {s:?}", b.name);
+        assert!(s.hedged > 0, "{}: hedges were sent: {s:?}", b.name);
+        assert!(
+            s.hedged * 20 <= s.gets,
+            "{}: at most 1 in 20: {s:?}",
+            b.name
+        );
     }
 }

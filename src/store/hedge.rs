@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::{Either, select};
+use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::stats::StoreStats;
 
@@ -31,8 +32,11 @@ const MIN_SAMPLES: usize = 8;
 const LOOK_AGAIN: Duration = Duration::from_millis(5);
 /// A request still waiting past this share of the recent ones (95th percentile) is hedged.
 const PERCENTILE: f64 = 0.95;
-/// At most one request in this many gets a second one (5% more requests).
+/// At most one request in this many gets a copy (5% more requests).
 const MAX_SHARE: u64 = 20;
+/// A request and its copies: a copy that is slow too gets one more, a threshold later, since
+/// tails strike requests independently.
+const MAX_ATTEMPTS: usize = 3;
 
 /// Hedging figures of every store of a `LakeCache`, and whether it hedges at all.
 #[derive(Debug, Default)]
@@ -85,8 +89,9 @@ impl Hedger {
         }
     }
 
-    /// Runs `request` (a GET up to its response, not its body), sending it a second time if
-    /// the first is still waiting past the recent 95th percentile and the budget allows.
+    /// Runs `request` (a GET up to its response, not its body), sending it again if it is
+    /// still waiting past the recent 95th percentile and the budget allows (and once more if
+    /// the copy waits as long); the first answer wins, the others are dropped.
     pub async fn run<T, E, F, Fut>(&self, request: F) -> Result<T, E>
     where
         F: Fn() -> Fut,
@@ -98,33 +103,42 @@ impl Hedger {
             return request().await;
         }
         let began = Instant::now();
-        let mut first = pin!(request());
-        // Wait for the answer until the threshold passes. A request that began before the
-        // store's times were known (the first ones of a process) looks again as they come.
+        let mut attempts = FuturesUnordered::new();
+        attempts.push(tagged(0, request()));
+        // When the latest copy went out: the next one waits a threshold from then. A request
+        // that began before the store's times were known (the first ones of a process) looks
+        // again as they come.
+        let mut sent_at = began;
         loop {
             let wait = match self.threshold() {
-                Some(after) => match after.checked_sub(began.elapsed()) {
-                    Some(left) if !left.is_zero() => left,
-                    _ => break,
-                },
-                None => LOOK_AGAIN,
+                Some(after) => after.checked_sub(sent_at.elapsed()),
+                None => Some(LOOK_AGAIN),
             };
-            if let Either::Left((answer, _)) =
-                select(first.as_mut(), pin!(tokio::time::sleep(wait))).await
-            {
+            let wait = match wait {
+                Some(left) if !left.is_zero() => left,
+                // Past the threshold: one more copy, if the budget allows, else just wait.
+                _ if attempts.len() < MAX_ATTEMPTS && self.take_budget() => {
+                    self.figures.hedged.fetch_add(1, Relaxed);
+                    let copy = attempts.len();
+                    attempts.push(tagged(copy, request()));
+                    sent_at = Instant::now();
+                    continue;
+                }
+                _ => Duration::MAX,
+            };
+            let next = attempts.next();
+            let answered = match wait {
+                Duration::MAX => next.await,
+                wait => match select(next, pin!(tokio::time::sleep(wait))).await {
+                    Either::Left((answered, _)) => answered,
+                    Either::Right(_) => continue,
+                },
+            };
+            if let Some((copy, answer)) = answered {
+                if copy > 0 {
+                    self.figures.won.fetch_add(1, Relaxed);
+                }
                 return self.noted(began, answer);
-            }
-        }
-        if !self.take_budget() {
-            return self.noted(began, first.await);
-        }
-        self.figures.hedged.fetch_add(1, Relaxed);
-        let second = pin!(request());
-        match select(first, second).await {
-            Either::Left((answer, _)) => self.noted(began, answer),
-            Either::Right((answer, _)) => {
-                self.figures.won.fetch_add(1, Relaxed);
-                self.noted(began, answer)
             }
         }
     }
@@ -164,6 +178,11 @@ impl Hedger {
         }
         answer
     }
+}
+
+/// `request`'s answer with which attempt it was.
+async fn tagged<F: Future>(attempt: usize, request: F) -> (usize, F::Output) {
+    (attempt, request.await)
 }
 
 #[cfg(test)]
