@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
 use datafusion::common::config::ConfigOptions;
@@ -28,8 +28,17 @@ use object_store::{OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta};
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::parquet_to_arrow_schema;
 use parquet::file::metadata::ParquetMetaData;
+use parquet::schema::types::TypePtr;
 
 use crate::index::footer::chunk_range;
+
+/// The scan's predicate as one file schema prunes with it: row groups by statistics, the
+/// file's arrow schema, and pages by the page index.
+type Pruning = (
+    Arc<PruningPredicate>,
+    SchemaRef,
+    Arc<PagePruningAccessPlanFilter>,
+);
 
 /// One file of a scan, as a partition will open it (a large file may be split by byte range
 /// across partitions and so appear more than once).
@@ -77,6 +86,8 @@ pub(crate) struct ScanPlan {
     pub stops_early: bool,
     /// DataFusion's row-group pruning wants a metrics sink; these figures are not shown.
     metrics: ParquetFileMetrics,
+    /// The pruning of the last file schema seen, by its root type.
+    pruning: Mutex<Option<(TypePtr, Option<Pruning>)>>,
 }
 
 impl ScanPlan {
@@ -136,6 +147,7 @@ impl ScanPlan {
             pushdown_filters: source.table_parquet_options().global.pushdown_filters,
             stops_early: config.limit.is_some(),
             metrics: ParquetFileMetrics::new(0, "prefetch plan", &ExecutionPlanMetricsSet::new()),
+            pruning: Mutex::new(None),
         }
     }
 
@@ -255,9 +267,8 @@ impl ScanPlan {
         }
         let plan = access.build();
         match &pruning {
-            Some((_, arrow, predicate)) if self.page_index && !plan.is_empty() => {
-                PagePruningAccessPlanFilter::new(predicate, Arc::clone(arrow))
-                    .prune_plan_with_page_index(plan, arrow, schema, metadata, &self.metrics)
+            Some((_, arrow, pages)) if self.page_index && !plan.is_empty() => {
+                pages.prune_plan_with_page_index(plan, arrow, schema, metadata, &self.metrics)
             }
             _ => plan,
         }
@@ -282,25 +293,40 @@ impl ScanPlan {
         }
     }
 
-    /// The scan's predicate as DataFusion prunes row groups of this file with it, the file's
-    /// schema and the predicate rewritten to it; `None` if there is none or it cannot be
+    /// The scan's predicate as DataFusion prunes this file with it ([`Pruning`]); `None` if
+    /// there is none or it cannot be
     /// applied here (then no row group is ruled out).
-    fn pruning_predicate(
-        &self,
-        metadata: &ParquetMetaData,
-    ) -> Option<(Arc<PruningPredicate>, SchemaRef, Arc<dyn PhysicalExpr>)> {
+    ///
+    /// Built once per file schema: the files of a table mostly share one, and building it
+    /// for each of thousands of files a lookup prunes would cost more than the lookup.
+    fn pruning_predicate(&self, metadata: &ParquetMetaData) -> Option<Pruning> {
         let predicate = self.predicate.as_ref()?;
-        let physical = parquet_to_arrow_schema(metadata.file_metadata().schema_descr(), None)
-            .ok()
-            .map(Arc::new)?;
-        let adapter = DefaultPhysicalExprAdapterFactory
-            .create(Arc::clone(&self.file_schema), Arc::clone(&physical))
-            .ok()?;
-        let predicate = adapter.rewrite(Arc::clone(predicate)).ok()?;
-        let pruning = PruningPredicateBuilder::new()
-            .with_file_schema(Arc::clone(&physical))
-            .build(Arc::clone(&predicate))?;
-        Some((pruning, physical, predicate))
+        let root = metadata.file_metadata().schema_descr().root_schema_ptr();
+        let mut last = self.pruning.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, pruning)) = last.as_ref()
+            && **seen == *root
+        {
+            return pruning.clone();
+        }
+        let built = (|| {
+            let physical = parquet_to_arrow_schema(metadata.file_metadata().schema_descr(), None)
+                .ok()
+                .map(Arc::new)?;
+            let adapter = DefaultPhysicalExprAdapterFactory
+                .create(Arc::clone(&self.file_schema), Arc::clone(&physical))
+                .ok()?;
+            let predicate = adapter.rewrite(Arc::clone(predicate)).ok()?;
+            let pruning = PruningPredicateBuilder::new()
+                .with_file_schema(Arc::clone(&physical))
+                .build(Arc::clone(&predicate))?;
+            let pages = Arc::new(PagePruningAccessPlanFilter::new(
+                &predicate,
+                Arc::clone(&physical),
+            ));
+            Some((pruning, physical, pages))
+        })();
+        *last = Some((root, built.clone()));
+        built
     }
 }
 
