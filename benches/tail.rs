@@ -18,7 +18,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Remote, arg, context, ms, run};
+use common::{Remote, arg, context, percentile, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
@@ -57,14 +57,6 @@ async fn cold(store: &Arc<Remote>, hedge: Option<bool>) -> Result<(Duration, u64
     let hedged = lake.stats().store.hedged;
     let (_, took) = run(&ctx, SQL).await?;
     Ok((took, store.counts().get, lake.stats().store.hedged - hedged))
-}
-
-/// The `p`-th percentile (nearest rank) of `times`, in ms.
-fn percentile(times: &[Duration], p: f64) -> f64 {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    ms(sorted[rank - 1])
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{arg, context, ms, remote, run};
+use common::{arg, context, ms, percentile, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
@@ -64,13 +64,6 @@ fn mix(files: usize, queries: usize, exponent: f64, scan_every: usize) -> Vec<St
             )
         })
         .collect()
-}
-
-fn percentile(times: &[Duration], p: f64) -> f64 {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    ms(sorted[rank - 1])
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -50,6 +50,14 @@ pub async fn run(ctx: &SessionContext, sql: &str) -> Result<(usize, Duration)> {
     Ok((rows, began.elapsed()))
 }
 
+/// The `p`-th percentile of `times` by nearest rank, in ms (of 50 times, p99 is the slowest).
+pub fn percentile(times: &[Duration], p: f64) -> f64 {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    ms(sorted[rank - 1])
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
