@@ -13,18 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ballista::prelude::{SessionConfigExt, SessionContextExt};
-use common::{Remote, arg, ms, remote, run};
+use common::{Remote, arg, memory_lake, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::ballista::LakeBallista;
-use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use datafusion_lakecache::testkit::lake::LakeSpec;
 use datafusion_lakecache::testkit::{Process, RequestCounts, start_cluster};
 use object_store::ObjectStore;
-use object_store::memory::InMemory;
-use object_store::path::Path;
 use url::Url;
 
 const QUERIES: [(&str, &str); 3] = [
@@ -125,8 +123,7 @@ async fn main() -> Result<()> {
     let latency = Duration::from_millis(25);
     let bandwidth = 125_000_000;
     let spec = LakeSpec::small_files(files);
-    let lake = Arc::new(InMemory::new()) as Arc<dyn ObjectStore>;
-    write_lake(lake.as_ref(), &Path::from("lake"), &spec).await?;
+    let lake = memory_lake(&spec).await?.0 as Arc<dyn ObjectStore>;
     let url = Url::parse("s3://bench").expect("static URL");
     let table = "s3://bench/lake/";
     println!(

@@ -11,18 +11,15 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Remote, arg, context, ms, remote, run};
+use common::{Remote, arg, context, memory_lake, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use datafusion_lakecache::testkit::lake::LakeSpec;
 use object_store::ObjectStore;
-use object_store::memory::InMemory;
-use object_store::path::Path;
 use url::Url;
 
 const QUERIES: [(&str, &str); 4] = [
@@ -90,22 +87,14 @@ async fn main() -> Result<()> {
     let runs = arg("--runs", 3) as usize;
     let latency = Duration::from_millis(arg("--latency-ms", 25));
     let bandwidth = arg("--gbit", 1) * 125_000_000;
-    let memory = Arc::new(InMemory::new());
     let spec = LakeSpec::large_files();
-    let paths = write_lake(memory.as_ref(), &Path::from("lake"), &spec).await?;
-    let mut sizes = HashMap::new();
-    for path in paths {
-        let size = object_store::ObjectStoreExt::head(memory.as_ref(), &path)
-            .await?
-            .size;
-        sizes.insert(path, size);
-    }
+    let (memory, lake_bytes) = memory_lake(&spec).await?;
     let store = remote(memory, latency, bandwidth);
     println!(
         "{} files, {:.1} MiB in all; {} ms per request, one {} Gbit/s link; every run cold \
          (registration + query, a new LakeCache); 2 partitions",
-        sizes.len(),
-        mib(sizes.values().sum()),
+        spec.files,
+        mib(lake_bytes),
         latency.as_millis(),
         bandwidth / 125_000_000
     );

@@ -13,14 +13,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Remote, arg, context, ms, remote, run};
+use common::{Remote, arg, context, memory_lake, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use datafusion_lakecache::testkit::lake::LakeSpec;
 use object_store::ObjectStore;
-use object_store::memory::InMemory;
-use object_store::path::Path;
 use url::Url;
 
 const QUERIES: [(&str, &str); 2] = [
@@ -68,13 +66,7 @@ async fn main() -> Result<()> {
     let files = arg("--files", 200) as usize;
     let sessions = arg("--sessions", 8) as usize;
     let runs = arg("--runs", 3) as usize;
-    let memory = Arc::new(InMemory::new());
-    write_lake(
-        memory.as_ref(),
-        &Path::from("lake"),
-        &LakeSpec::small_files(files),
-    )
-    .await?;
+    let (memory, _) = memory_lake(&LakeSpec::small_files(files)).await?;
     let store = remote(memory, Duration::from_millis(25), 125_000_000);
     println!(
         "{files} files of 5000 rows, 25 ms per request, one 1 Gbit/s link; every run cold \

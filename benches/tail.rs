@@ -18,15 +18,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Remote, arg, context, percentile, run};
+use common::{Remote, arg, context, memory_lake, percentile, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use datafusion_lakecache::testkit::lake::LakeSpec;
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
 use object_store::ObjectStore;
-use object_store::memory::InMemory;
-use object_store::path::Path;
 use url::Url;
 
 const SQL: &str = "SELECT category, round(sum(value), 3) FROM t GROUP BY category";
@@ -65,13 +63,7 @@ async fn main() -> Result<()> {
     let files = arg("--files", 200) as usize;
     let latency = Duration::from_millis(arg("--latency-ms", 25));
     let bandwidth = arg("--gbit", 1) * 125_000_000;
-    let memory = Arc::new(InMemory::new());
-    write_lake(
-        memory.as_ref(),
-        &Path::from("lake"),
-        &LakeSpec::small_files(files),
-    )
-    .await?;
+    let (memory, _) = memory_lake(&LakeSpec::small_files(files)).await?;
     let slow = LatencyStore::new(memory as Arc<dyn ObjectStore>, latency)
         .with_bandwidth(bandwidth)
         .with_tail(100, 20, 7);

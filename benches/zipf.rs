@@ -21,15 +21,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{arg, context, ms, percentile, remote, run};
+use common::{arg, context, memory_lake, ms, percentile, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
-use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -72,17 +71,7 @@ async fn main() -> Result<()> {
     let queries = arg("--queries", 300) as usize;
     let exponent = arg("--zipf", 110) as f64 / 100.0;
     let scan_every = arg("--scan-every", 50) as usize;
-    let memory = Arc::new(InMemory::new());
-    let paths = write_lake(
-        memory.as_ref(),
-        &Path::from("lake"),
-        &LakeSpec::small_files(files),
-    )
-    .await?;
-    let mut lake_bytes = 0;
-    for path in &paths {
-        lake_bytes += memory.head(path).await?.size;
-    }
+    let (memory, lake_bytes) = memory_lake(&LakeSpec::small_files(files)).await?;
     let cache_bytes = (lake_bytes / 4).max(1 << 20);
     let store = remote(memory, Duration::from_millis(25), 125_000_000);
     let mix = mix(files, queries, exponent, scan_every);

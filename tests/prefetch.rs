@@ -87,18 +87,23 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
     }
 }
 
+/// A `LakeCache` for which every file of the test lakes counts as large (its footer and its
+/// chunks are fetched apart), with chunks split into 64 KiB requests; no range cache.
+fn large_file_lake() -> LakeCache {
+    LakeCache::builder()
+        .range_cache(false)
+        .set("lakecache.prefetch.small_file", "1KiB")
+        .set("lakecache.prefetch.split_size", "64KiB")
+        .build()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_files_prefetch_exactly_the_chunks_datafusion_reads() {
     for b in backends("prefetch_large") {
         let spec = LakeSpec::small_files(4).with_row_groups_of(500);
         b.write(&spec).await;
-        // Every file counts as large, and chunks are split into 64 KiB requests.
-        let lake = LakeCache::builder()
-            .range_cache(false)
-            .set("lakecache.prefetch.small_file", "1KiB")
-            .set("lakecache.prefetch.split_size", "64KiB")
-            .build()
-            .unwrap();
+        let lake = large_file_lake();
         let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
         let mut fetched = Vec::new();
         for sql in [
@@ -415,12 +420,7 @@ async fn a_limit_above_a_filter_fetches_no_more_than_the_readers_read() {
         rows(&vanilla, sql).await.unwrap();
         plain.reset();
         assert_eq!(rows(&vanilla, sql).await.unwrap().len(), 5 + 4);
-        let lake = LakeCache::builder()
-            .range_cache(false)
-            .set("lakecache.prefetch.small_file", "1KiB")
-            .set("lakecache.prefetch.split_size", "64KiB")
-            .build()
-            .unwrap();
+        let lake = large_file_lake();
         let counted = b.counting();
         let ctx = installed(
             &b,
@@ -461,7 +461,7 @@ async fn a_limit_above_a_filter_fetches_no_more_than_the_readers_read() {
         let p = lake.stats().prefetch;
         eprintln!("{}: no match: {p:?}", b.name);
         assert!(
-            p.bytes_used - before.bytes_used > 4 * (ours - theirs.min(ours)).max(theirs),
+            p.bytes_used - before.bytes_used > 4 * theirs,
             "{}: most of the name column came prefetched: {p:?}",
             b.name
         );

@@ -104,28 +104,35 @@ async fn lake_on(b: &Backend) -> (LakeCache, SessionContext, Arc<common::Counted
     (lake, ctx, counted)
 }
 
+/// Plans query `q`, replaces file 0 (written at `seed`) before the plan runs, adds the new
+/// state of the lake to `states`, and [`check`]s what the plan returns.
+async fn replace_while_planned(
+    b: &Backend,
+    ctx: &SessionContext,
+    q: usize,
+    seed: u64,
+    states: &mut Vec<Vec<Vec<String>>>,
+) {
+    let plan = ctx
+        .sql(QUERIES[q])
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    write_file(b, 0, seed).await;
+    states.push(answers(b).await);
+    let got = collect(plan, ctx.task_ctx()).await;
+    check(b, q, got.and_then(|batches| sorted_lines(&batches)), states);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_replaced_between_planning_and_reading_is_never_read_half_and_half() {
     for b in remote_backends("versions_plan") {
         let (_lake, ctx, _) = lake_on(&b).await;
         let mut states = vec![answers(&b).await];
-        for (q, sql) in QUERIES.iter().enumerate() {
-            let plan = ctx
-                .sql(sql)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap();
-            write_file(&b, 0, 1 + 2 * q as u64).await;
-            states.push(answers(&b).await);
-            let got = collect(plan, ctx.task_ctx()).await;
-            check(
-                &b,
-                q,
-                got.and_then(|batches| sorted_lines(&batches)),
-                &states,
-            );
+        for q in 0..QUERIES.len() {
+            replace_while_planned(&b, &ctx, q, 1 + 2 * q as u64, &mut states).await;
         }
     }
 }
@@ -314,23 +321,9 @@ async fn hedged_reads_of_a_replaced_object_are_never_half_and_half() {
         let ctx = installed(&b, store, &lake, SessionStateBuilder::new(), config()).await;
         let mut states = vec![answers(&b).await];
         for round in 0..3 {
-            for (q, sql) in QUERIES.iter().enumerate() {
-                let plan = ctx
-                    .sql(sql)
-                    .await
-                    .unwrap()
-                    .create_physical_plan()
-                    .await
-                    .unwrap();
-                write_file(&b, 0, 1 + 2 * (round * QUERIES.len() + q) as u64).await;
-                states.push(answers(&b).await);
-                let got = collect(plan, ctx.task_ctx()).await;
-                check(
-                    &b,
-                    q,
-                    got.and_then(|batches| sorted_lines(&batches)),
-                    &states,
-                );
+            for q in 0..QUERIES.len() {
+                let seed = 1 + 2 * (round * QUERIES.len() + q) as u64;
+                replace_while_planned(&b, &ctx, q, seed, &mut states).await;
             }
         }
         let s = lake.stats().store;

@@ -1,4 +1,5 @@
-//! Helpers shared by the benchmarks: arguments, timing a query, peak RSS and a line plot.
+//! Helpers shared by the benchmarks: a lake in memory, a simulated remote store, arguments,
+//! timing a query, percentiles, peak RSS and a line plot.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -6,10 +7,23 @@ use std::time::{Duration, Instant};
 
 use datafusion::error::Result;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
 use datafusion_lakecache::{LakeCache, testkit};
 use futures::StreamExt;
-use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+/// `spec`'s lake under `lake/` in a new in-memory store, and its size in bytes.
+pub async fn memory_lake(spec: &LakeSpec) -> Result<(Arc<InMemory>, u64)> {
+    let store = Arc::new(InMemory::new());
+    let mut bytes = 0;
+    for path in write_lake(store.as_ref(), &Path::from("lake"), spec).await? {
+        bytes += store.head(&path).await?.size;
+    }
+    Ok((store, bytes))
+}
 
 /// A simulated remote store, counted: what reaches it is counted.
 pub type Remote = CountingStore<Arc<dyn ObjectStore>>;

@@ -153,18 +153,14 @@ impl FileLease {
                 }
             };
             let unit = state.files.get_mut(&self.path)?.units.get_mut(&start)?;
-            let guessed = std::mem::take(&mut unit.speculative);
+            let claimed = unit.claim();
             let lo = range.start.max(unit.range.start);
             let hi = range.end.min(unit.range.end);
             unit.served += hi - lo;
             let offset = unit.range.start;
             let read_through = !unit.whole && unit.served >= unit.range.end - unit.range.start;
-            let len = unit.range.end - unit.range.start;
             parts.push((download, (lo - offset) as usize..(hi - offset) as usize));
-            if guessed {
-                // A reader asked for it: no longer ahead of them.
-                state.ahead = state.ahead.saturating_sub(len);
-            }
+            state.ahead = state.ahead.saturating_sub(claimed);
             if read_through {
                 // Every byte of this piece has been handed out: its buffer is the reader's now.
                 if let Some(unit) = state

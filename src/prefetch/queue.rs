@@ -43,6 +43,15 @@ pub(super) struct Unit {
 }
 
 impl Unit {
+    /// Notes that a reader asked for this unit (or that it is dropped): the bytes that stop
+    /// counting as ahead of the readers.
+    pub fn claim(&mut self) -> u64 {
+        match std::mem::take(&mut self.speculative) {
+            true => self.range.end - self.range.start,
+            false => 0,
+        }
+    }
+
     fn queued(range: Range<u64>, whole: bool) -> Self {
         Self {
             range,
@@ -142,9 +151,7 @@ impl State {
 
     /// Notes that a reader asked for `unit` (or that it is dropped): it is no longer ahead.
     pub fn claimed(&mut self, unit: &mut Unit) {
-        if std::mem::take(&mut unit.speculative) {
-            self.ahead = self.ahead.saturating_sub(unit.range.end - unit.range.start);
-        }
+        self.ahead = self.ahead.saturating_sub(unit.claim());
     }
 
     fn push(&mut self, rank: i64, work: Work) {

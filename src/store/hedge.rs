@@ -74,6 +74,9 @@ impl Hedges {
 pub(crate) struct Hedger {
     figures: Arc<Hedges>,
     recent: Mutex<VecDeque<Duration>>,
+    /// The 95th percentile of `recent` in nanoseconds, worked out as each answer comes (0
+    /// until [`MIN_SAMPLES`] are known), so a waiting request only reads it.
+    threshold_nanos: AtomicU64,
     requests: AtomicU64,
     hedged: AtomicU64,
 }
@@ -84,6 +87,7 @@ impl Hedger {
         Self {
             figures,
             recent: Mutex::new(VecDeque::with_capacity(WINDOW)),
+            threshold_nanos: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
         }
@@ -143,18 +147,12 @@ impl Hedger {
         }
     }
 
-    /// How long a request may wait before it is hedged, if hedging is on and enough times
-    /// are known.
+    /// How long a request may wait before it is hedged, once enough times are known.
     fn threshold(&self) -> Option<Duration> {
-        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if recent.len() < MIN_SAMPLES {
-            return None;
+        match self.threshold_nanos.load(Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
         }
-        let mut times: Vec<Duration> = recent.iter().copied().collect();
-        drop(recent);
-        let at = ((times.len() as f64 * PERCENTILE).ceil() as usize).clamp(1, times.len()) - 1;
-        let (_, nth, _) = times.select_nth_unstable(at);
-        Some(*nth)
     }
 
     /// Takes one hedge from the budget: at most one in [`MAX_SHARE`] requests so far.
@@ -170,13 +168,27 @@ impl Hedger {
     /// Records how long an answer took (since the first request went out) if it came.
     fn noted<T, E>(&self, began: Instant, answer: Result<T, E>) -> Result<T, E> {
         if answer.is_ok() {
-            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-            if recent.len() == WINDOW {
-                recent.pop_front();
-            }
-            recent.push_back(began.elapsed());
+            self.record(began.elapsed());
         }
         answer
+    }
+
+    /// Adds a response time to the window and works out its 95th percentile.
+    fn record(&self, time: Duration) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == WINDOW {
+            recent.pop_front();
+        }
+        recent.push_back(time);
+        if recent.len() < MIN_SAMPLES {
+            return;
+        }
+        let mut times: Vec<Duration> = recent.iter().copied().collect();
+        drop(recent);
+        let at = ((times.len() as f64 * PERCENTILE).ceil() as usize).clamp(1, times.len()) - 1;
+        let (_, nth, _) = times.select_nth_unstable(at);
+        let nanos = u64::try_from(nth.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.threshold_nanos.store(nanos, Relaxed);
     }
 }
 
@@ -211,10 +223,9 @@ mod tests {
     /// A hedger that has seen `n` answers of `time` each.
     fn seasoned(n: usize, time: Duration) -> Hedger {
         let h = hedger();
-        h.recent
-            .lock()
-            .unwrap()
-            .extend(std::iter::repeat_n(time, n));
+        for _ in 0..n {
+            h.record(time);
+        }
         h.requests.store(n as u64, Relaxed);
         h
     }
