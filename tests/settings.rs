@@ -33,12 +33,12 @@ async fn a_bad_set_is_refused_with_the_key_and_the_accepted_range() {
         (
             "lakecache.prefetch.max_in_flight",
             "0",
-            "an integer from 1 to 1024",
+            "an integer from 1 to 4096",
         ),
         (
             "lakecache.prefetch.max_in_flight",
             "many",
-            "an integer from 1 to 1024",
+            "an integer from 1 to 4096",
         ),
         (
             "lakecache.prefetch.buffer",
@@ -112,7 +112,7 @@ async fn a_bad_set_is_refused_with_the_key_and_the_accepted_range() {
             .and_then(|e| e.value.clone())
             .unwrap_or_default()
     };
-    assert_eq!(value("lakecache.prefetch.max_in_flight"), "64");
+    assert_eq!(value("lakecache.prefetch.max_in_flight"), "512");
     assert_eq!(value("lakecache.prefetch.buffer"), "32MiB");
 }
 
@@ -141,7 +141,7 @@ async fn show_all_lists_every_key_with_its_description_and_exports_keep_the_pref
         "| 16 ",
         "lakecache.index.capacity",
         "256MiB",
-        "Most downloads one scan keeps in flight",
+        "Ceiling on one scan's downloads in flight",
     ] {
         assert!(text.contains(line), "{line} in:\n{text}");
     }

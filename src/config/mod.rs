@@ -86,16 +86,16 @@ macro_rules! setting_table {
                     "An index entry above this share of the capacity (in percent) is not kept.";
             }
             /// Settings of prefetching. The number of downloads in flight is not a setting: it
-            /// starts small and grows while the aggregate throughput still rises, up to
-            /// `max_in_flight`. The bytes they may hold follow
-            /// `clamp(downloads x largest range seen, buffer, 4 x buffer)`, never above
-            /// `max_bytes`.
+            /// grows while the aggregate throughput still rises, then holds 1.5 x the link's
+            /// measured bandwidth-delay product, bounded only by `max_in_flight`. The bytes
+            /// they may hold follow `clamp(downloads x largest range seen, buffer, 4 x buffer)`,
+            /// raised to the bytes wanted in flight plus the buffer, never above `max_bytes`.
             PrefetchConfig prefetch {
                 enabled: bool = true, Flag, "lakecache.prefetch.enabled", prefetch, Session,
                     "Whether this session's Parquet scans download ahead of their readers.";
-                max_in_flight: usize = 64, Count { min: 1, max: 1024 },
+                max_in_flight: usize = 512, Count { min: 1, max: 4096 },
                     "lakecache.prefetch.max_in_flight", prefetch_max_in_flight, Session,
-                    "Most downloads one scan keeps in flight; fewer start while throughput stops rising.";
+                    "Ceiling on one scan's downloads in flight (the store's request rate, sockets); within it they are sized to the link's measured bandwidth-delay product.";
                 buffer_bytes: u64 = 32 << 20, Size { min: 1, max: PIB },
                     "lakecache.prefetch.buffer", prefetch_buffer_bytes, Session,
                     "Smallest byte budget of a scan's prefetches: clamp(downloads x largest range, buffer, 4 x buffer).";
@@ -238,11 +238,15 @@ impl IndexConfig {
 
 impl PrefetchConfig {
     /// The scan's byte budget for `workers` downloads when the largest range seen so far is
-    /// `largest` bytes: the seed rule `clamp(workers x largest, buffer, 4 x buffer)`, capped.
-    pub fn budget(&self, workers: usize, largest: u64) -> u64 {
+    /// `largest` bytes and `in_flight` bytes are wanted in flight: the seed rule
+    /// `clamp(workers x largest, buffer, 4 x buffer)`, raised to `in_flight + buffer` (a link
+    /// with a large bandwidth-delay product needs that much in flight, and readers a buffer
+    /// beyond it), capped by `max_bytes`.
+    pub fn budget(&self, workers: usize, largest: u64, in_flight: u64) -> u64 {
         (workers as u64)
             .saturating_mul(largest)
             .clamp(self.buffer_bytes, self.buffer_bytes.saturating_mul(4))
+            .max(in_flight.saturating_add(self.buffer_bytes))
             .min(self.max_bytes)
     }
 

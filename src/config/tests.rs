@@ -114,9 +114,24 @@ fn the_budget_floor_may_not_exceed_its_cap() {
         max_bytes: 35,
         ..PrefetchConfig::default()
     };
-    assert_eq!(config.budget(2, 1), 10, "never below the buffer");
-    assert_eq!(config.budget(3, 5), 15, "downloads x largest in between");
-    assert_eq!(config.budget(64, 100), 35, "never above max_bytes");
+    assert_eq!(config.budget(2, 1, 0), 10, "never below the buffer");
+    assert_eq!(config.budget(3, 5, 0), 15, "downloads x largest in between");
+    assert_eq!(config.budget(64, 100, 0), 35, "never above max_bytes");
+    assert_eq!(
+        config.budget(2, 1, 20),
+        30,
+        "the bytes wanted in flight and a buffer"
+    );
+    let wide = PrefetchConfig {
+        max_bytes: 1000,
+        ..config
+    };
+    assert_eq!(wide.budget(64, 100, 0), 40, "never above 4 x buffer");
+    assert_eq!(
+        wide.budget(64, 100, 500),
+        510,
+        "unless that much is wanted in flight"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use object_store::path::Path;
 use tokio::runtime::Handle;
 
+use super::controller::Measured;
 use super::queue::{State, Work};
 use super::{Download, Scan};
 use crate::index::footer::load_footer;
@@ -159,19 +160,12 @@ impl Scan {
         let scan = Arc::clone(self);
         let generation = state.generation;
         let task = async move {
-            let began = Instant::now();
             let bytes = scan
                 .reads
                 .read_one(&version, range.clone(), None)
                 .await
                 .ok();
-            scan.unit_arrived(
-                generation,
-                version.path(),
-                range,
-                bytes.is_some(),
-                began.elapsed(),
-            );
+            scan.unit_arrived(generation, version.path(), range, bytes.is_some());
             bytes
         }
         .boxed();
@@ -183,14 +177,7 @@ impl Scan {
         Some(download)
     }
 
-    fn unit_arrived(
-        &self,
-        generation: u64,
-        path: &Path,
-        range: Range<u64>,
-        ok: bool,
-        took: Duration,
-    ) {
+    fn unit_arrived(&self, generation: u64, path: &Path, range: Range<u64>, ok: bool) {
         let mut state = self.lock();
         if state.generation != generation {
             return;
@@ -198,7 +185,12 @@ impl Scan {
         let len = range.end - range.start;
         if ok {
             self.figures.fetched(len);
-            state.controller.finished(len, took, Instant::now());
+            let latency = self.reads.typical_wait();
+            match state.controller.finished(len, latency, Instant::now()) {
+                Some(Measured::Full(link)) => self.reads.record_link(link),
+                Some(Measured::AtLeast(link)) => self.reads.raise_link(link),
+                None => {}
+            }
         } else {
             self.figures.failed();
         }

@@ -121,7 +121,7 @@ impl State {
             generation: 0,
             running: false,
             leases: 0,
-            controller: Controller::new(config),
+            controller: Controller::new(config, None),
             reservation: None,
             queue: BTreeMap::new(),
             next_seq: 0,
@@ -165,7 +165,7 @@ impl Scan {
     pub(super) fn start(&self, state: &mut State) {
         state.generation += 1;
         state.running = true;
-        state.controller = Controller::new(&self.config);
+        state.controller = Controller::new(&self.config, self.reads.link());
         state.reservation = Some(MemoryConsumer::new("lakecache prefetch").register(&self.pool));
         state.files.clear();
         state.queue.clear();

@@ -186,7 +186,7 @@ fn per_cache(settings: &Settings, s: &LakeStats) -> Vec<CacheRow> {
             cache: "prefetch",
             entries: None,
             bytes: Some(p.reserved_bytes),
-            capacity: Some(settings.prefetch.budget(usize::MAX, u64::MAX)),
+            capacity: Some(settings.prefetch.budget(usize::MAX, u64::MAX, 0)),
             counts: None,
         },
     ]

@@ -77,6 +77,9 @@ pub(crate) struct Hedger {
     /// The 95th percentile of `recent` in nanoseconds, worked out as each answer comes (0
     /// until [`MIN_SAMPLES`] are known), so a waiting request only reads it.
     threshold_nanos: AtomicU64,
+    /// The median of `recent` in nanoseconds (0 until one is known): the store's typical
+    /// wait, which the prefetcher sizes its downloads by.
+    median_nanos: AtomicU64,
     requests: AtomicU64,
     hedged: AtomicU64,
 }
@@ -88,6 +91,7 @@ impl Hedger {
             figures,
             recent: Mutex::new(VecDeque::with_capacity(WINDOW)),
             threshold_nanos: AtomicU64::new(0),
+            median_nanos: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
         }
@@ -103,10 +107,10 @@ impl Hedger {
     {
         self.requests.fetch_add(1, Relaxed);
         self.figures.requests.fetch_add(1, Relaxed);
-        if !self.figures.enabled {
-            return request().await;
-        }
         let began = Instant::now();
+        if !self.figures.enabled {
+            return self.noted(began, request().await);
+        }
         let mut attempts = FuturesUnordered::new();
         attempts.push(tagged(0, request()));
         // When the latest copy went out: the next one waits a threshold from then. A request
@@ -173,22 +177,34 @@ impl Hedger {
         answer
     }
 
-    /// Adds a response time to the window and works out its 95th percentile.
+    /// The median wait for a response of the recent requests, once one has answered.
+    pub fn typical_wait(&self) -> Option<Duration> {
+        match self.median_nanos.load(Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// Adds a response time to the window and works out its median and, when hedging, its
+    /// 95th percentile.
     fn record(&self, time: Duration) {
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if recent.len() == WINDOW {
             recent.pop_front();
         }
         recent.push_back(time);
-        if recent.len() < MIN_SAMPLES {
-            return;
-        }
         let mut times: Vec<Duration> = recent.iter().copied().collect();
         drop(recent);
-        let at = ((times.len() as f64 * PERCENTILE).ceil() as usize).clamp(1, times.len()) - 1;
-        let (_, nth, _) = times.select_nth_unstable(at);
-        let nanos = u64::try_from(nth.as_nanos()).unwrap_or(u64::MAX).max(1);
-        self.threshold_nanos.store(nanos, Relaxed);
+        let enough = times.len() >= MIN_SAMPLES;
+        let mut nth = |share: f64| {
+            let at = ((times.len() as f64 * share).ceil() as usize).clamp(1, times.len()) - 1;
+            let (_, nth, _) = times.select_nth_unstable(at);
+            u64::try_from(nth.as_nanos()).unwrap_or(u64::MAX).max(1)
+        };
+        self.median_nanos.store(nth(0.5), Relaxed);
+        if self.figures.enabled && enough {
+            self.threshold_nanos.store(nth(PERCENTILE), Relaxed);
+        }
     }
 }
 
@@ -302,5 +318,12 @@ mod tests {
             .await;
         }
         assert_eq!(sent.load(Relaxed), 60);
+        // The typical wait is still known (the prefetcher sizes its downloads by it): the
+        // median, not pulled up by the slow tenth.
+        let typical = h.typical_wait().expect("answers were recorded");
+        assert!(
+            typical >= Duration::from_millis(1) && typical < Duration::from_millis(50),
+            "{typical:?}"
+        );
     }
 }

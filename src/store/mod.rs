@@ -10,6 +10,7 @@
 //!   serves ranged GETs through the versioned read at the version it knows, and drops what a
 //!   write through it touches.
 //! - `hedge.rs`: a GET waiting past the recent 95th percentile is sent again (opt-in).
+//! - `link.rs`: each store's measured bandwidth and latency, where a scan's downloads start.
 //! - `listing.rs`: listings recorded as they stream.
 //! - `proofs.rs`: what each store instance has shown it can read, before its session gets a
 //!   cache hit for it (tenants never share what their stores would refuse).
@@ -21,6 +22,7 @@
 
 mod checked;
 mod hedge;
+mod link;
 mod listing;
 mod local;
 mod proofs;
@@ -34,6 +36,7 @@ use object_store::ObjectStore;
 
 pub use checked::{CheckedCache, MadeFor, PathKey};
 pub(crate) use hedge::Hedges;
+pub(crate) use link::{Link, Links};
 pub(crate) use reads::StoreReads;
 pub use wrapper::CachingObjectStore;
 
@@ -52,6 +55,8 @@ pub struct Caches {
     pub(crate) directory: Directory,
     /// Whether GETs are hedged, and the figures of hedging.
     pub(crate) hedges: Arc<Hedges>,
+    /// What each store's link has shown the prefetcher.
+    pub(crate) links: Links,
 }
 
 impl AsRef<Caches> for Caches {
@@ -69,6 +74,7 @@ impl Caches {
             ranges,
             directory: Directory::default(),
             hedges: Arc::default(),
+            links: Links::default(),
         }
     }
 

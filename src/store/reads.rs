@@ -12,6 +12,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::local::LocalFileSystem;
@@ -21,9 +22,9 @@ use object_store::{
     coalesce_ranges,
 };
 
-use super::Caches;
 use super::hedge::Hedger;
 use super::proofs::Proofs;
+use super::{Caches, Link};
 use crate::metrics::{ScanMetrics, Source};
 use crate::object::{
     ObjectId, ObjectVersion, StoreKey, Validator, VersionChanged, version_changed,
@@ -136,6 +137,31 @@ impl StoreReads {
     }
 
     /// The caches these reads use.
+    /// The link this store's scans last measured, with the store's current typical wait.
+    pub(crate) fn link(&self) -> Option<Link> {
+        let mut link = self.0.caches.links.get(&self.0.store)?;
+        if let Some(wait) = self.typical_wait() {
+            link.latency = wait;
+        }
+        Some(link)
+    }
+
+    /// Remembers `link` for every later scan of this store.
+    pub(crate) fn record_link(&self, link: Link) {
+        self.0.caches.links.record(&self.0.store, link);
+    }
+
+    /// Remembers `link` as a lower bound of this store's: kept if its bandwidth is more than
+    /// the one known.
+    pub(crate) fn raise_link(&self, link: Link) {
+        self.0.caches.links.raise(&self.0.store, link);
+    }
+
+    /// The median wait for a response of this store's recent GETs.
+    pub(crate) fn typical_wait(&self) -> Option<Duration> {
+        self.0.hedger.typical_wait()
+    }
+
     pub(crate) fn caches(&self) -> &Caches {
         &self.0.caches
     }
