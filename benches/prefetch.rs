@@ -308,7 +308,7 @@ async fn main() -> Result<()> {
             "W2 full scan peak RSS: vanilla {vanilla_rss:.0} MiB, lakecache {lake_rss:.0} MiB; \
              prefetch reservation peak {:.1} MiB, budget at most {:.1} MiB; {p:?}",
             p.peak_reserved_bytes as f64 / 1048576.0,
-            c.budget(c.max_in_flight, u64::MAX) as f64 / 1048576.0
+            c.budget(c.max_in_flight, u64::MAX, 0) as f64 / 1048576.0
         );
     }
     Ok(())
