@@ -2,7 +2,8 @@
 //! (Zipf) mix of one-file lookups with an occasional full scan, by vanilla DataFusion, by
 //! lakecache with the memory tier alone, and by lakecache with memory and a disk tier.
 //! Figures: each side's time over the mix, its per-lookup percentiles, the memory tier's hit
-//! rate, and where the bytes came from (memory, disk, store). Vanilla also runs the mix over
+//! rate, where the bytes came from (memory, disk, store), and the time of the lookups that
+//! sent no request to the store (served by the caches alone). Vanilla also runs the mix over
 //! the same lake on the local disk: the speed the disk tier is held against.
 //!
 //! The lake: `--files` (default 400) files of 5,000 rows (about 100 MB) in memory as
@@ -14,7 +15,8 @@
 //! Footers are read at registration with a 64 KiB `metadata_size_hint` (so small files are not
 //! read whole there); each side registers once and then runs the `--queries` (default 300)
 //! queries in the same order.
-//! `cargo bench --bench zipf` (options: `-- --files N --queries N --zipf N --scan-every N`).
+//! `cargo bench --bench zipf` (options: `-- --files N --queries N --zipf N --scan-every N
+//! --side N`, the last to run one side alone, 1 to 4, for a profiler).
 
 mod common;
 
@@ -71,6 +73,8 @@ async fn main() -> Result<()> {
     let queries = arg("--queries", 300) as usize;
     let exponent = arg("--zipf", 110) as f64 / 100.0;
     let scan_every = arg("--scan-every", 50) as usize;
+    // One side alone (1 to 4, in the order below), for a profiler; 0 runs them all.
+    let only = arg("--side", 0) as usize;
     let (memory, lake_bytes) = memory_lake(&LakeSpec::small_files(files)).await?;
     let cache_bytes = (lake_bytes / 4).max(1 << 20);
     let store = remote(memory, Duration::from_millis(25), 125_000_000);
@@ -94,7 +98,10 @@ async fn main() -> Result<()> {
         "lakecache, memory",
         "lakecache, memory + disk",
     ];
-    for side in sides {
+    for (n, side) in sides.into_iter().enumerate() {
+        if only != 0 && only != n + 1 {
+            continue;
+        }
         let mut builder = LakeCache::builder().range_memory_bytes(cache_bytes);
         if side.ends_with("disk") {
             builder = builder.range_disk(disk.path(), 4 * lake_bytes);
@@ -115,10 +122,18 @@ async fn main() -> Result<()> {
         store.reset();
         let before = lake.stats().ranges;
         let (mut lookups, mut scans) = (Vec::new(), Vec::new());
+        // Lookups that sent no request to the store: served by a cache (or the local disk).
+        let mut unsent = Vec::new();
         for sql in &mix {
+            let sent = store.counts().get;
             let (_, took) = run(&ctx, sql).await?;
             match sql.contains("BETWEEN") {
-                true => lookups.push(took),
+                true => {
+                    lookups.push(took);
+                    if store.counts().get == sent {
+                        unsent.push(took);
+                    }
+                }
                 false => scans.push(took),
             }
         }
@@ -141,6 +156,15 @@ async fn main() -> Result<()> {
             store.counts().get,
             store.bytes() as f64 / 1e6,
         );
+        if !unsent.is_empty() {
+            println!(
+                "{:<26} {} lookups sent no request: p50 {:.1} p90 {:.1} ms",
+                "",
+                unsent.len(),
+                percentile(&unsent, 50.0),
+                percentile(&unsent, 90.0),
+            );
+        }
         if !vanilla {
             println!(
                 "{:<26} memory hit rate {:.1}% ({hits} of {}), bytes from memory {:.1} MB, \
