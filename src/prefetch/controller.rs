@@ -75,8 +75,6 @@ pub(crate) struct Controller {
     window_size: usize,
     best_throughput: f64,
     growing: bool,
-    /// The link once this scan's downloads filled it.
-    link: Option<Link>,
 }
 
 impl Controller {
@@ -95,7 +93,6 @@ impl Controller {
             window_size: 0,
             best_throughput: 0.0,
             growing: true,
-            link: None,
         };
         controller.window_size = controller.downloads();
         controller
@@ -116,12 +113,6 @@ impl Controller {
     pub fn budget(&self) -> u64 {
         let wanted = self.target.unwrap_or(0.0) as u64;
         self.config.budget(self.downloads(), self.largest, wanted)
-    }
-
-    /// The link as this scan measured it, once its downloads filled it.
-    #[cfg(test)]
-    pub fn link(&self) -> Option<Link> {
-        self.link
     }
 
     /// Notes a range the scan wants to download, before the budget is checked for it.
@@ -185,7 +176,6 @@ impl Controller {
         let measured = if self.growing {
             Measured::AtLeast(link)
         } else {
-            self.link = Some(link);
             self.target = Some(HEADROOM * link.bdp() + self.mean.unwrap_or(0.0));
             Measured::Full(link)
         };
@@ -213,19 +203,20 @@ mod tests {
     /// Runs `completions` downloads of `size` bytes through `c` over a simulated link of
     /// `bandwidth` bytes per second whose responses come `latency` after each request and
     /// whose bytes cross it one response after another, as `LatencyStore` does. Returns the
-    /// throughput of the last half of the downloads.
+    /// throughput of the last half of the downloads, and the link as the controller last
+    /// found it full.
     fn run(
         c: &mut Controller,
         bandwidth: f64,
         latency: Duration,
         size: u64,
         completions: usize,
-    ) -> f64 {
+    ) -> (f64, Option<Link>) {
         let begin = Instant::now();
         let (mut now, mut link_free) = (begin, begin);
         let transfer = Duration::from_secs_f64(size as f64 / bandwidth);
         let mut arrivals = BinaryHeap::new();
-        let mut half = None;
+        let (mut half, mut full) = (None, None);
         for done in 0..completions {
             while arrivals.len() < c.downloads() {
                 c.started(size, now);
@@ -235,27 +226,27 @@ mod tests {
             }
             let Reverse(at) = arrivals.pop().expect("downloads in flight");
             now = at;
-            c.finished(size, Some(latency), now);
+            if let Some(Measured::Full(link)) = c.finished(size, Some(latency), now) {
+                full = Some(link);
+            }
             if done == completions / 2 {
                 half = Some(now);
             }
         }
         let half = half.expect("more than one completion");
-        (completions - completions / 2 - 1) as f64 * size as f64
-            / now.duration_since(half).as_secs_f64()
+        let throughput = (completions - completions / 2 - 1) as f64 * size as f64
+            / now.duration_since(half).as_secs_f64();
+        (throughput, full)
     }
 
     fn bdp_downloads(bandwidth: f64, latency: Duration, size: u64) -> f64 {
         bandwidth * latency.as_secs_f64() / size as f64
     }
 
-    #[test]
-    fn downloads_grow_past_any_old_cap_to_fill_a_long_fat_link() {
-        // 10 Gbit/s at 100 ms with 1 MiB pieces: about 119 downloads fill the link.
-        let (bandwidth, latency) = (1.25e9, Duration::from_millis(100));
-        let mut c = Controller::new(&config(1024), None);
-        let got = run(&mut c, bandwidth, latency, MIB, 3000);
-        let need = bdp_downloads(bandwidth, latency, MIB);
+    /// Asserts that `c` keeps between one and 2.5 BDPs of `size` downloads in flight and that
+    /// they got at least 90% of the link's `bandwidth` (`got`).
+    fn assert_fills(c: &Controller, got: f64, bandwidth: f64, latency: Duration, size: u64) {
+        let need = bdp_downloads(bandwidth, latency, size);
         let n = c.downloads() as f64;
         assert!(
             n >= need && n <= 2.5 * need,
@@ -265,7 +256,16 @@ mod tests {
             got >= 0.9 * bandwidth,
             "throughput {got:.0} of {bandwidth:.0}"
         );
-        let link = c.link().expect("the link was found full");
+    }
+
+    #[test]
+    fn downloads_grow_past_any_old_cap_to_fill_a_long_fat_link() {
+        // 10 Gbit/s at 100 ms with 1 MiB pieces: about 119 downloads fill the link.
+        let (bandwidth, latency) = (1.25e9, Duration::from_millis(100));
+        let mut c = Controller::new(&config(1024), None);
+        let (got, full) = run(&mut c, bandwidth, latency, MIB, 3000);
+        assert_fills(&c, got, bandwidth, latency, MIB);
+        let link = full.expect("the link was found full");
         assert!((link.bandwidth / bandwidth - 1.0).abs() < 0.2, "{link:?}");
         assert_eq!(link.latency, latency);
     }
@@ -275,7 +275,7 @@ mod tests {
         // 1 Gbit/s at 5 ms with 8 MiB pieces: one download in flight nearly fills it.
         let (bandwidth, latency) = (1.25e8, Duration::from_millis(5));
         let mut c = Controller::new(&config(1024), None);
-        let got = run(&mut c, bandwidth, latency, 8 * MIB, 200);
+        let (got, _) = run(&mut c, bandwidth, latency, 8 * MIB, 200);
         assert!(c.downloads() <= 3, "{} downloads", c.downloads());
         assert!(
             got >= 0.9 * bandwidth,
@@ -288,17 +288,8 @@ mod tests {
         // 1 Gbit/s at 100 ms with 64 KiB pieces (pages): about 190 downloads.
         let (bandwidth, latency) = (1.25e8, Duration::from_millis(100));
         let mut c = Controller::new(&config(1024), None);
-        let got = run(&mut c, bandwidth, latency, 64 << 10, 5000);
-        let need = bdp_downloads(bandwidth, latency, 64 << 10);
-        let n = c.downloads() as f64;
-        assert!(
-            n >= need && n <= 2.5 * need,
-            "{n} downloads for a BDP of {need:.0}"
-        );
-        assert!(
-            got >= 0.9 * bandwidth,
-            "throughput {got:.0} of {bandwidth:.0}"
-        );
+        let (got, _) = run(&mut c, bandwidth, latency, 64 << 10, 5000);
+        assert_fills(&c, got, bandwidth, latency, 64 << 10);
     }
 
     #[test]

@@ -136,7 +136,6 @@ impl StoreReads {
         &self.0.store
     }
 
-    /// The caches these reads use.
     /// The link this store's scans last measured, with the store's current typical wait.
     pub(crate) fn link(&self) -> Option<Link> {
         let mut link = self.0.caches.links.get(&self.0.store)?;
@@ -162,6 +161,7 @@ impl StoreReads {
         self.0.hedger.typical_wait()
     }
 
+    /// The caches these reads use.
     pub(crate) fn caches(&self) -> &Caches {
         &self.0.caches
     }
