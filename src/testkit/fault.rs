@@ -4,7 +4,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -46,8 +46,9 @@ pub enum Op {
 pub struct FaultStore<S> {
     inner: S,
     pending: Arc<[AtomicU64; 4]>,
-    /// Every request is refused, as by a store whose credentials do not allow it.
-    refusing: Arc<AtomicBool>,
+    /// The kinds of request refused, as by a store whose credentials do not allow them: a
+    /// bit per [`Op`].
+    refusing: Arc<AtomicU8>,
     /// Failures injected so far.
     injected: Arc<AtomicU64>,
 }
@@ -71,16 +72,27 @@ impl<S: ObjectStore> FaultStore<S> {
     /// Refuses every request from now on with `PermissionDenied`, listings before their
     /// first object: a store of other credentials. `false` lets requests through again.
     pub fn refuse_all(&self, refuse: bool) {
-        self.refusing.store(refuse, Relaxed);
+        match refuse {
+            true => self.refuse(&[Op::Head, Op::Get, Op::List]),
+            false => self.refuse(&[]),
+        }
     }
 
-    fn refused(&self, location: &str) -> Result<()> {
-        match self.refusing.load(Relaxed) {
-            true => Err(Error::PermissionDenied {
+    /// Refuses the requests of the kinds `ops` from now on with `PermissionDenied` (and
+    /// lets every other kind through): `&[Op::Head, Op::Get]` is a store whose credentials
+    /// may list a bucket but not read it (S3's `s3:ListBucket` without `s3:GetObject`).
+    pub fn refuse(&self, ops: &[Op]) {
+        let bits = ops.iter().fold(0u8, |bits, op| bits | 1 << *op as u8);
+        self.refusing.store(bits, Relaxed);
+    }
+
+    fn refused(&self, op: Op, location: &str) -> Result<()> {
+        match self.refusing.load(Relaxed) & 1 << op as u8 {
+            0 => Ok(()),
+            _ => Err(Error::PermissionDenied {
                 path: location.to_string(),
                 source: "refused: these credentials may not read it".into(),
             }),
-            false => Ok(()),
         }
     }
 
@@ -101,7 +113,7 @@ impl<S: ObjectStore> FaultStore<S> {
     }
 
     fn check(&self, op: Op, location: &Path) -> Result<()> {
-        self.refused(location.as_ref())?;
+        self.refused(op, location.as_ref())?;
         match self.take(op) {
             true => Err(injected(op, location.as_ref())),
             false => Ok(()),
@@ -113,7 +125,7 @@ impl<S: ObjectStore> FaultStore<S> {
         prefix: Option<&Path>,
         listing: BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        if let Err(e) = self.refused(prefix.map_or("", |p| p.as_ref())) {
+        if let Err(e) = self.refused(Op::List, prefix.map_or("", |p| p.as_ref())) {
             return stream::once(async move { Err(e) }).boxed();
         }
         if !self.take(Op::List) {
@@ -193,7 +205,7 @@ impl<S: ObjectStore> ObjectStore for FaultStore<S> {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.refused(prefix.map_or("", |p| p.as_ref()))?;
+        self.refused(Op::List, prefix.map_or("", |p| p.as_ref()))?;
         if self.take(Op::List) {
             return Err(injected(Op::List, prefix.map_or("", |p| p.as_ref())));
         }

@@ -15,6 +15,7 @@ pub mod corpus;
 mod counting;
 #[cfg(feature = "delta")]
 pub mod delta;
+mod digests;
 mod fault;
 mod http;
 pub mod lake;
@@ -28,6 +29,7 @@ pub use cloud::CloudMetadata;
 #[cfg(feature = "ballista")]
 pub use cluster::{Process, start_cluster};
 pub use counting::{CountingStore, RequestCounts};
+pub use digests::ContentETags;
 pub use fault::{FaultStore, Op};
 pub use http::HttpDir;
 pub use latency::LatencyStore;
