@@ -66,7 +66,7 @@ pub fn table_builder(
     let root = root_of(table_url)?;
     let store = match caches.directory.find(&store) {
         Some(_) => store,
-        None => Arc::new(CachingObjectStore::new(store, &root, caches)) as Arc<dyn ObjectStore>,
+        None => Arc::new(CachingObjectStore::over_registered(store, &root, caches)) as _,
     };
     Ok(DeltaTableBuilder::from_url(table_url.clone())?
         .with_storage_backend(store, table_url.clone()))

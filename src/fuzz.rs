@@ -8,7 +8,7 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use crate::index::footer::{bloom_range, chunk_range, load_footer};
-use crate::object::{ObjectVersion, StoreKey, Validator};
+use crate::object::{ObjectVersion, StoreIdentity, StoreKey, Validator};
 
 /// Decodes `file` (named `fuzz.parquet`) as a Parquet file's footer and page index, as a
 /// footer load does, then walks every column chunk's data and bloom-filter spans as a scan
@@ -18,6 +18,7 @@ pub async fn parquet_footer(file: &[u8], metadata_size_hint: Option<usize>) -> R
     let store = StoreKey::of(&url::Url::parse("memory://").expect("a valid URL"));
     let version = ObjectVersion::with_validator(
         store,
+        &StoreIdentity::named("fuzz"),
         "fuzz.parquet".into(),
         file.len() as u64,
         Validator::Immutable,

@@ -84,7 +84,7 @@ impl LakeCache {
     ///   [`CachingObjectStore`](crate::CachingObjectStore) (handle and range caching);
     /// - DataFusion's own footer and statistics caches are the session's, checked against the
     ///   versions the handle cache knows, and its listings are cached by the wrapper (shared
-    ///   entries are served only for objects the session's own store has shown it can read);
+    ///   entries are served only for versions the session's own store has shown it can read);
     /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
     ///   [`LakeTable`](crate::LakeTable)s;
     /// - the `lakecache.*` settings are registered: `SET` and `SHOW ALL`;
@@ -116,11 +116,14 @@ impl LakeCache {
         crate::sql::install(builder, &self.scans, self.session_caches(), source)
     }
 
-    /// DataFusion's cache configuration with the index cache as its `FileMetadataCache`, so
-    /// DataFusion's own Parquet reader (planning, plain `ListingTable`s) shares it, with its
-    /// footer and statistics entries checked against the versions the handle cache knows
-    /// ([`CheckedCache`]), and with listings kept no longer than the handle cache's listing
-    /// TTL.
+    /// DataFusion's cache configuration for a runtime of one's own (a Ballista executor's, a
+    /// product's that builds its `RuntimeEnv` by hand): DataFusion's footer and statistics
+    /// caches, one of each per configuration, with their entries checked against the
+    /// versions the handle cache knows ([`CheckedCache`]), and listings kept no longer than
+    /// the handle cache's listing TTL. DataFusion keys these caches by path alone, with no
+    /// store to prove access with, so they are the runtime's own (as in plain DataFusion);
+    /// footers, page indexes, bloom filters and bytes are shared by version in the
+    /// `LakeCache`, once a store has shown it can read them.
     ///
     /// ```
     /// # use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -132,24 +135,20 @@ impl LakeCache {
     ///     .unwrap();
     /// ```
     pub fn cache_manager_config(&self) -> CacheManagerConfig {
-        let settings = &self.scans.settings;
-        let list_ttl = settings.handle.list_ttl;
-        let handles = self.handles();
-        let footers = CheckedCache::new(Arc::new(self.index().clone()), handles);
-        CacheManagerConfig::default()
-            .with_file_metadata_cache(Some(Arc::new(footers)))
-            .with_metadata_cache_limit(settings.index.capacity_bytes as usize)
-            .with_file_statistics_cache(Some(Arc::new(statistics(handles))))
+        let list_ttl = self.scans.settings.handle.list_ttl;
+        self.datafusion_caches()
             .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
     }
 
-    /// DataFusion's own caches for one installed session. Its scans read footers, page
-    /// indexes, bloom filters and bytes from the shared caches, by object version, once the
-    /// session's store has shown it can read them; what DataFusion's planning caches is keyed
-    /// by path alone, with no store to prove access, so it stays the session's own (as in
-    /// plain DataFusion), checked against known versions. Listings are cached (and dropped
-    /// when a version changes) by the store wrapper, so DataFusion's listing cache is off.
+    /// DataFusion's own caches for one installed session: as
+    /// [`LakeCache::cache_manager_config`], but with DataFusion's listing cache off, since
+    /// the store wrapper caches listings (and drops them when a version changes).
     fn session_caches(&self) -> CacheManagerConfig {
+        self.datafusion_caches().with_list_files_cache_limit(0)
+    }
+
+    /// A footer and a statistics cache of DataFusion's, checked against known versions.
+    fn datafusion_caches(&self) -> CacheManagerConfig {
         let handles = self.handles();
         let footers: DefaultCache<Path, CachedFileMetadataEntry> =
             DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("DefaultFileMetadataCache");
@@ -157,7 +156,6 @@ impl LakeCache {
         CacheManagerConfig::default()
             .with_file_metadata_cache(Some(Arc::new(footers)))
             .with_file_statistics_cache(Some(Arc::new(statistics(handles))))
-            .with_list_files_cache_limit(0)
     }
 
     /// A snapshot of every cache's figures.

@@ -33,7 +33,7 @@ pub use config::{
     HandleConfig, IndexConfig, PrefetchConfig, RangeConfig, Settings, SqlConfig, StoreConfig,
 };
 pub use lake::{LakeCache, LakeCacheBuilder};
-pub use object::VersionChanged;
+pub use object::{StoreIdentity, VersionChanged};
 pub use stats::{
     Activity, CacheStats, HandleStats, IndexStats, LakeStats, PrefetchStats, RangeStats, StoreStats,
 };

@@ -101,6 +101,12 @@ pub struct HandleStats {
     pub metadata: CacheStats,
     /// Listing (LIST) lookups.
     pub listings: CacheStats,
+    /// Proofs of access: lookups of whether a store identity has shown it can read a
+    /// version, before it gets a cache hit for it.
+    pub proofs: CacheStats,
+    /// HEAD requests sent only to prove access to a version the caches held (one per
+    /// identity and version at most, while proofs last).
+    pub proof_heads: u64,
     /// Local file-descriptor lookups.
     pub files: CacheStats,
     /// Local file descriptors open now, held by the cache or by reads in progress.
@@ -117,8 +123,7 @@ pub struct IndexStats {
     pub cache: CacheStats,
     /// Bytes held now.
     pub bytes: u64,
-    /// Footers added: loads run for scans, and footers DataFusion's own reader put.
-    /// Unchanged across warm queries.
+    /// Footer loads run for scans. Unchanged across warm queries.
     pub footer_loads: u64,
     /// Bloom-filter loads that ran.
     pub bloom_loads: u64,
@@ -131,6 +136,9 @@ pub struct IndexStats {
     pub bloom_bytes: u64,
     /// Footer and bloom-filter loads running now.
     pub loads_in_flight: u64,
+    /// Loads a waiter made again with its own store, after the load it joined failed on
+    /// another store identity's error.
+    pub reloads: u64,
 }
 
 /// Figures of the range cache.
@@ -272,6 +280,7 @@ impl LakeStats {
             ("handle.metadata", h.metadata),
             ("handle.listings", h.listings),
             ("handle.files", h.files),
+            ("handle.proofs", h.proofs),
             ("index", self.index.cache),
             ("index.bloom", self.index.blooms),
             ("range.memory", self.ranges.memory),
@@ -289,12 +298,14 @@ impl LakeStats {
         rows.extend([
             ("handle.files", "open_now", h.open_files),
             ("handle.metadata", "version_changes", h.version_changes),
+            ("handle.proofs", "heads", h.proof_heads),
             ("index", "bytes", self.index.bytes),
             ("index", "footer_loads", self.index.footer_loads),
             ("index", "bloom_loads", self.index.bloom_loads),
             ("index", "rejected", self.index.rejected),
             ("index.bloom", "bytes", self.index.bloom_bytes),
             ("index", "loads_in_flight", self.index.loads_in_flight),
+            ("index", "reloads", self.index.reloads),
         ]);
         let r = &self.ranges;
         rows.extend([

@@ -2,8 +2,10 @@
 //! file descriptors, so repeated scans stop paying a round trip (or an `open`) per file.
 //!
 //! [`HandleCache`] holds the state and is shared by every `CachingObjectStore` built over it;
-//! the store layer decides when to consult and when to invalidate it. Versions are compared
-//! by the one rule of [`ObjectVersion::matches`].
+//! the store layer decides when to consult and when to invalidate it. What it records is
+//! recorded per [`StoreIdentity`]: the metadata and listings a store of that identity showed,
+//! and its proofs of access (the versions it answered a HEAD or a GET for). Versions are
+//! compared by the one rule of [`ObjectVersion::matches`].
 
 mod files;
 
@@ -21,7 +23,7 @@ pub use files::max_open_files_allowed;
 pub(crate) use files::{OpenFile, OpenFiles};
 
 use crate::config::HandleConfig;
-use crate::object::{ObjectId, ObjectVersion, StoreKey};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity, StoreKey};
 use crate::stats::{CacheCounters, HandleStats, settle};
 
 /// Which kind of listing a cached result answers.
@@ -32,9 +34,11 @@ pub(crate) enum ListKind {
     After(Path),
 }
 
-/// One listing request of one store.
+/// One listing request of one store identity: a listing is served only to the identity
+/// whose store made it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ListKey {
+    pub(crate) identity: StoreIdentity,
     pub(crate) store: StoreKey,
     pub(crate) prefix: Option<Path>,
     pub(crate) kind: ListKind,
@@ -56,14 +60,28 @@ impl Listing {
     }
 }
 
-/// Which stores hold metadata of each path, so entries keyed by path alone (DataFusion's) can
-/// be checked against every version the caches know of it.
-type PathIndex = Arc<Mutex<HashMap<Path, Vec<StoreKey>>>>;
+/// One object as one store identity has seen it: the key of recorded metadata. What a store
+/// recorded is never what another identity's read is made at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Seen {
+    pub(crate) identity: StoreIdentity,
+    pub(crate) id: ObjectId,
+}
 
-/// Process-wide cache of object handles: metadata, listings and local file descriptors.
+/// A proof of access: this identity's store answered a HEAD or a GET for this version.
+type ProofKey = (StoreIdentity, ObjectVersion);
+
+/// Which identities hold metadata of each path, so entries keyed by path alone (DataFusion's)
+/// can be checked against every version the caches know of it, and an object can be
+/// forgotten for everyone.
+type PathIndex = Arc<Mutex<HashMap<Path, Vec<Seen>>>>;
+
+/// Process-wide cache of object handles: metadata, listings and local file descriptors, and
+/// what each store identity has shown it can read.
 ///
 /// Cheap to clone; clones share the same entries. Bounded by [`HandleConfig::capacity`]
-/// entries with a TTL and an optional idle timeout, and safe to use from concurrent queries.
+/// entries (each of metadata, listed objects and proofs) with a TTL and an optional idle
+/// timeout, and safe to use from concurrent queries.
 ///
 /// Users reach it through a `LakeCache`:
 ///
@@ -87,10 +105,14 @@ impl std::fmt::Debug for HandleCache {
 
 struct Inner {
     config: HandleConfig,
-    metas: Cache<ObjectId, ObjectMeta>,
+    metas: Cache<Seen, ObjectMeta>,
     meta_counters: Arc<CacheCounters>,
     lists: Cache<ListKey, Arc<Listing>>,
     list_counters: Arc<CacheCounters>,
+    proofs: Cache<ProofKey, ()>,
+    proof_counters: Arc<CacheCounters>,
+    /// HEADs sent only to prove access to a version whose entries were cached.
+    proof_heads: AtomicU64,
     paths: PathIndex,
     files: OpenFiles,
     version_changes: AtomicU64,
@@ -110,7 +132,7 @@ impl HandleCache {
         )
         .eviction_listener({
             let (c, paths) = (Arc::clone(&meta_counters), Arc::clone(&paths));
-            move |key: Arc<ObjectId>, _, cause| {
+            move |key: Arc<Seen>, _, cause| {
                 c.removed(cause);
                 if cause != RemovalCause::Replaced {
                     unindex(&paths, &key);
@@ -136,6 +158,21 @@ impl HandleCache {
             move |_, _, cause| c.removed(cause)
         })
         .build();
+        // Proofs last as long as metadata does: a store whose rights were taken away is
+        // asked again within the TTL.
+        let proof_counters = Arc::new(CacheCounters::default());
+        let proofs = with_expiry(
+            Cache::builder()
+                .max_capacity(config.capacity)
+                .support_invalidation_closures(),
+            config.ttl,
+            config.idle_timeout,
+        )
+        .eviction_listener({
+            let c = Arc::clone(&proof_counters);
+            move |_, _, cause| c.removed(cause)
+        })
+        .build();
         let files = OpenFiles::new(&config);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -144,6 +181,9 @@ impl HandleCache {
                 meta_counters,
                 lists,
                 list_counters,
+                proofs,
+                proof_counters,
+                proof_heads: AtomicU64::new(0),
                 paths,
                 files,
                 version_changes: AtomicU64::new(0),
@@ -162,9 +202,12 @@ impl HandleCache {
         let i = &self.inner;
         settle(&i.metas, i.config.capacity);
         settle(&i.lists, i.config.capacity);
+        settle(&i.proofs, i.config.capacity);
         HandleStats {
             metadata: i.meta_counters.snapshot(i.metas.entry_count()),
             listings: i.list_counters.snapshot(i.lists.entry_count()),
+            proofs: i.proof_counters.snapshot(i.proofs.entry_count()),
+            proof_heads: i.proof_heads.load(Relaxed),
             files: i.files.stats(),
             open_files: i.files.open_now(),
             version_changes: i.version_changes.load(Relaxed),
@@ -176,19 +219,25 @@ impl HandleCache {
         self.inner.epoch.fetch_add(1, Relaxed);
         self.inner.metas.invalidate_all();
         self.inner.lists.invalidate_all();
+        self.inner.proofs.invalidate_all();
         self.inner.files.clear();
         self.inner.metas.run_pending_tasks();
         self.inner.lists.run_pending_tasks();
+        self.inner.proofs.run_pending_tasks();
     }
 
     pub(crate) fn files(&self) -> &OpenFiles {
         &self.inner.files
     }
 
-    /// The cached metadata of `id`, counted as a lookup; a miss without looking when the
-    /// asker may not be served it (its store has not shown it can read the object).
-    pub(crate) fn meta(&self, id: &ObjectId, allowed: bool) -> Option<ObjectMeta> {
-        let found = allowed.then(|| self.inner.metas.get(id)).flatten();
+    /// The metadata `seen` recorded, counted as a lookup: a hit only if `served` says it may
+    /// be served (its identity has shown that version).
+    pub(crate) fn meta(
+        &self,
+        seen: &Seen,
+        served: impl FnOnce(&ObjectMeta) -> bool,
+    ) -> Option<ObjectMeta> {
+        let found = self.inner.metas.get(seen).filter(|m| served(m));
         match &found {
             Some(_) => self.inner.meta_counters.hit(),
             None => self.inner.meta_counters.miss(),
@@ -196,42 +245,51 @@ impl HandleCache {
         found
     }
 
-    /// The cached metadata of `id`, if any, without counting a lookup.
-    pub(crate) fn peek(&self, id: &ObjectId) -> Option<ObjectMeta> {
-        self.inner.metas.get(id)
+    /// The metadata `seen` recorded, if any, without counting a lookup.
+    pub(crate) fn peek(&self, seen: &Seen) -> Option<ObjectMeta> {
+        self.inner.metas.get(seen)
     }
 
-    /// Records metadata a response or a listing showed. The same version as the cached one
-    /// keeps the entry (completed with a strong e_tag it lacked); another version replaces it,
-    /// is counted, and drops the listings that still hold the old one. Returns the replaced
-    /// version's metadata, whose other entries the caller drops.
-    pub(crate) fn record(&self, store: &StoreKey, meta: &ObjectMeta) -> Option<ObjectMeta> {
+    /// Records metadata a response or a listing of a store of `identity` showed. The same
+    /// version as the one recorded keeps the entry (completed with a strong e_tag it lacked);
+    /// another version replaces it, is counted, and drops the identity's listings that still
+    /// hold the old one. Returns the replaced version's metadata, whose other entries the
+    /// caller drops.
+    pub(crate) fn record(
+        &self,
+        identity: &StoreIdentity,
+        store: &StoreKey,
+        meta: &ObjectMeta,
+    ) -> Option<ObjectMeta> {
         if !self.inner.config.enabled {
             return None;
         }
-        let id = ObjectId {
-            store: store.clone(),
-            path: meta.location.clone(),
+        let seen = Seen {
+            identity: identity.clone(),
+            id: ObjectId {
+                store: store.clone(),
+                path: meta.location.clone(),
+            },
         };
-        match self.inner.metas.get(&id) {
-            Some(cached) if ObjectVersion::new(store.clone(), &cached).matches(meta) => {
-                let seen = ObjectVersion::new(store.clone(), meta);
-                if !ObjectVersion::new(store.clone(), &cached).pins_bytes() && seen.pins_bytes() {
+        let version = |m: &ObjectMeta| ObjectVersion::new(store.clone(), identity, m);
+        match self.inner.metas.get(&seen) {
+            Some(cached) if version(&cached).matches(meta) => {
+                if !version(&cached).pins_bytes() && version(meta).pins_bytes() {
                     // Learn the validator a listing left out: reads of the object can then be
                     // guarded by it (and its bytes kept).
-                    self.inner.metas.insert(id, meta.clone());
+                    self.inner.metas.insert(seen, meta.clone());
                 }
                 None
             }
             Some(old) => {
                 self.inner.version_changes.fetch_add(1, Relaxed);
-                self.inner.metas.insert(id, meta.clone());
-                self.invalidate_listings(store, &meta.location);
+                self.inner.metas.insert(seen.clone(), meta.clone());
+                self.invalidate_listings(&seen);
                 Some(old)
             }
             None => {
-                self.index_path(&id);
-                self.inner.metas.insert(id, meta.clone());
+                self.index_path(&seen);
+                self.inner.metas.insert(seen, meta.clone());
                 None
             }
         }
@@ -241,6 +299,7 @@ impl HandleCache {
     /// is recorded if an invalidation came since, as it may be of a write the listing missed.
     pub(crate) fn record_listed(
         &self,
+        identity: &StoreIdentity,
         store: &StoreKey,
         meta: &ObjectMeta,
         epoch: u64,
@@ -248,7 +307,7 @@ impl HandleCache {
         if self.epoch() != epoch {
             return None;
         }
-        self.record(store, meta)
+        self.record(identity, store, meta)
     }
 
     /// Counts a response that showed another version than a reader asked for.
@@ -256,10 +315,9 @@ impl HandleCache {
         self.inner.version_changes.fetch_add(1, Relaxed);
     }
 
-    /// The cached listing `key`, counted as a lookup; a miss without looking when the asker
-    /// may not be served it (its store has not listed that prefix itself).
-    pub(crate) fn listing(&self, key: &ListKey, allowed: bool) -> Option<Arc<Listing>> {
-        let found = allowed.then(|| self.inner.lists.get(key)).flatten();
+    /// The cached listing `key` (one its identity made), counted as a lookup.
+    pub(crate) fn listing(&self, key: &ListKey) -> Option<Arc<Listing>> {
+        let found = self.inner.lists.get(key);
         match &found {
             Some(_) => self.inner.list_counters.hit(),
             None => self.inner.list_counters.miss(),
@@ -289,19 +347,104 @@ impl HandleCache {
         (objects as u64) < self.inner.config.capacity
     }
 
-    /// Drops the metadata of one object and every cached listing that may contain it.
-    pub(crate) fn invalidate(&self, id: &ObjectId) {
-        self.inner.metas.invalidate(id);
-        self.invalidate_listings(&id.store, &id.path);
+    /// Whether a store of `identity` has shown it can read `version`, counted as a lookup.
+    pub(crate) fn proven(&self, identity: &StoreIdentity, version: &ObjectVersion) -> bool {
+        let key = (identity.clone(), version.clone());
+        let found = self.inner.config.enabled && self.inner.proofs.contains_key(&key);
+        match found {
+            true => self.inner.proof_counters.hit(),
+            false => self.inner.proof_counters.miss(),
+        }
+        found
     }
 
-    fn invalidate_listings(&self, store: &StoreKey, path: &Path) {
+    /// Notes that a store of `identity` answered a HEAD or a GET for `version`.
+    pub(crate) fn prove(&self, identity: &StoreIdentity, version: &ObjectVersion) {
+        if !self.inner.config.enabled {
+            return;
+        }
+        let key = (identity.clone(), version.clone());
+        if !self.inner.proofs.contains_key(&key) {
+            self.inner.proofs.insert(key, ());
+        }
+    }
+
+    /// Counts a HEAD sent only to prove access.
+    pub(crate) fn count_proof_head(&self) {
+        self.inner.proof_heads.fetch_add(1, Relaxed);
+    }
+
+    /// Drops `identity`'s proof of `version`, and its recorded metadata if that shows
+    /// `version`: the store showed another version, or refused this one.
+    pub(crate) fn unprove(&self, identity: &StoreIdentity, version: &ObjectVersion) {
+        self.inner
+            .proofs
+            .invalidate(&(identity.clone(), version.clone()));
+        let seen = Seen {
+            identity: identity.clone(),
+            id: version.id().clone(),
+        };
+        if self.peek(&seen).is_some_and(|m| version.matches(&m)) {
+            self.inner.metas.invalidate(&seen);
+            self.invalidate_listings(&seen);
+        }
+    }
+
+    /// Drops what `seen`'s identity recorded of its object: metadata, the listings that may
+    /// hold it, and its proofs of every version.
+    pub(crate) fn invalidate_seen(&self, seen: &Seen) {
+        self.inner.metas.invalidate(seen);
+        self.invalidate_listings(seen);
+        let seen = seen.clone();
+        // Predicates are applied lazily by moka; lookups already skip matching entries.
+        let _ = self
+            .inner
+            .proofs
+            .invalidate_entries_if(move |(identity, version), _| {
+                identity == &seen.identity && version.id() == &seen.id
+            });
+    }
+
+    /// Drops what every identity recorded of object `id`.
+    pub(crate) fn invalidate(&self, id: &ObjectId) {
+        let seen: Vec<Seen> = lock(&self.inner.paths)
+            .get(&id.path)
+            .map(|all| all.iter().filter(|s| &s.id == id).cloned().collect())
+            .unwrap_or_default();
+        for s in &seen {
+            self.invalidate_seen(s);
+        }
+        // Listings and proofs of identities whose metadata has gone already.
+        self.inner.epoch.fetch_add(1, Relaxed);
+        let (listed, proven) = (id.clone(), id.clone());
+        let stale: Vec<Arc<ListKey>> = self
+            .inner
+            .lists
+            .iter()
+            .filter(|(k, _)| k.store == listed.store && covers(k.prefix.as_ref(), &listed.path))
+            .map(|(k, _)| k)
+            .collect();
+        for key in stale {
+            self.inner.lists.invalidate(key.as_ref());
+        }
+        let _ = self
+            .inner
+            .proofs
+            .invalidate_entries_if(move |(_, version), _| version.id() == &proven);
+    }
+
+    /// Drops `seen`'s identity's listings that may hold its object.
+    fn invalidate_listings(&self, seen: &Seen) {
         self.inner.epoch.fetch_add(1, Relaxed);
         let stale: Vec<Arc<ListKey>> = self
             .inner
             .lists
             .iter()
-            .filter(|(k, _)| &k.store == store && covers(k.prefix.as_ref(), path))
+            .filter(|(k, _)| {
+                k.identity == seen.identity
+                    && k.store == seen.id.store
+                    && covers(k.prefix.as_ref(), &seen.id.path)
+            })
             .map(|(k, _)| k)
             .collect();
         for key in stale {
@@ -309,15 +452,23 @@ impl HandleCache {
         }
     }
 
-    /// The version `meta` (a plan's view of an object of `store`) names, completed with what
-    /// the cache knows of that same version (a strong e_tag a listing left out), and whether
-    /// the cache held it.
-    pub(crate) fn version_of(&self, store: &StoreKey, meta: &ObjectMeta) -> (ObjectVersion, bool) {
-        let seen = ObjectVersion::new(store.clone(), meta);
-        let id = seen.id().clone();
-        match self.inner.metas.get(&id) {
+    /// The version `meta` (a plan's view of an object of `store`, as a store of `identity`
+    /// listed it) names, completed with what `identity` recorded of that same version (a
+    /// strong e_tag a listing left out), and whether the cache held it.
+    pub(crate) fn version_of(
+        &self,
+        identity: &StoreIdentity,
+        store: &StoreKey,
+        meta: &ObjectMeta,
+    ) -> (ObjectVersion, bool) {
+        let seen = ObjectVersion::new(store.clone(), identity, meta);
+        let key = Seen {
+            identity: identity.clone(),
+            id: seen.id().clone(),
+        };
+        match self.inner.metas.get(&key) {
             Some(cached) if seen.matches(&cached) => {
-                let known = ObjectVersion::new(store.clone(), &cached);
+                let known = ObjectVersion::new(store.clone(), identity, &cached);
                 let better = !seen.pins_bytes() && known.pins_bytes();
                 (if better { known } else { seen }, true)
             }
@@ -325,36 +476,41 @@ impl HandleCache {
         }
     }
 
-    /// `version` (known by its size and time alone) with the strong validator the cache holds
-    /// for that same version, if it holds one.
-    pub(crate) fn complete(&self, version: &ObjectVersion) -> Option<ObjectVersion> {
-        let cached = self.peek(version.id())?;
-        let known = ObjectVersion::new(version.store().clone(), &cached);
+    /// `version` (known by its size and time alone) with the strong validator `identity`
+    /// recorded for that same version, if it recorded one.
+    pub(crate) fn complete(
+        &self,
+        identity: &StoreIdentity,
+        version: &ObjectVersion,
+    ) -> Option<ObjectVersion> {
+        let seen = Seen {
+            identity: identity.clone(),
+            id: version.id().clone(),
+        };
+        let cached = self.peek(&seen)?;
+        let known = version.reseen(identity, &cached);
         (known.pins_bytes() && version.matches(&cached)).then_some(known)
     }
 
-    /// Whether some store's cached metadata shows `path` at a version `meta` is not: then an
-    /// entry keyed by path alone and made for `meta` may be another version's.
+    /// Whether some store's recorded metadata shows `path` at a version `meta` is not: then
+    /// an entry keyed by path alone and made for `meta` may be another version's.
     pub(crate) fn contradicts(&self, path: &Path, meta: &ObjectMeta) -> bool {
-        let stores = lock(&self.inner.paths)
+        let seen = lock(&self.inner.paths)
             .get(path)
             .cloned()
             .unwrap_or_default();
-        stores.into_iter().any(|store| {
-            let id = ObjectId {
-                store: store.clone(),
-                path: path.clone(),
-            };
-            self.peek(&id)
-                .is_some_and(|cached| !ObjectVersion::new(store, &cached).matches(meta))
+        seen.into_iter().any(|s| {
+            self.peek(&s).is_some_and(|cached| {
+                !ObjectVersion::new(s.id.store.clone(), &s.identity, &cached).matches(meta)
+            })
         })
     }
 
-    fn index_path(&self, id: &ObjectId) {
+    fn index_path(&self, seen: &Seen) {
         let mut paths = lock(&self.inner.paths);
-        let stores = paths.entry(id.path.clone()).or_default();
-        if !stores.contains(&id.store) {
-            stores.push(id.store.clone());
+        let all = paths.entry(seen.id.path.clone()).or_default();
+        if !all.contains(seen) {
+            all.push(seen.clone());
         }
     }
 }
@@ -363,12 +519,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn unindex(paths: &PathIndex, id: &ObjectId) {
+fn unindex(paths: &PathIndex, seen: &Seen) {
     let mut paths = lock(paths);
-    if let Some(stores) = paths.get_mut(&id.path) {
-        stores.retain(|s| s != &id.store);
-        if stores.is_empty() {
-            paths.remove(&id.path);
+    if let Some(all) = paths.get_mut(&seen.id.path) {
+        all.retain(|s| s != seen);
+        if all.is_empty() {
+            paths.remove(&seen.id.path);
         }
     }
 }

@@ -22,6 +22,26 @@ fn id(path: &str) -> ObjectId {
     }
 }
 
+fn me() -> StoreIdentity {
+    StoreIdentity::named("me")
+}
+
+fn seen(path: &str) -> Seen {
+    Seen {
+        identity: me(),
+        id: id(path),
+    }
+}
+
+fn list_key(prefix: &str) -> ListKey {
+    ListKey {
+        identity: me(),
+        store: store(),
+        prefix: Some(Path::from(prefix)),
+        kind: ListKind::Recursive,
+    }
+}
+
 #[test]
 fn capacity_bounds_the_metadata_entries() {
     let cache = HandleCache::try_new(HandleConfig {
@@ -31,9 +51,9 @@ fn capacity_bounds_the_metadata_entries() {
     .unwrap();
     for i in 0..100 {
         let m = meta(&format!("f{i}"), i, Some("e"));
-        cache.record(&store(), &m);
+        cache.record(&me(), &store(), &m);
         // Touch it again so frequency-based admission lets later keys in.
-        cache.meta(&id(&format!("f{i}")), true);
+        cache.meta(&seen(&format!("f{i}")), |_| true);
     }
     let stats = cache.stats();
     assert!(stats.metadata.entries <= 10, "{stats:?}");
@@ -45,17 +65,10 @@ fn capacity_bounds_the_metadata_entries() {
 #[test]
 fn a_new_version_replaces_the_entry_and_drops_listings() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
-    let key = ListKey {
-        store: store(),
-        prefix: Some(Path::from("dir")),
-        kind: ListKind::Recursive,
-    };
-    let other = ListKey {
-        prefix: Some(Path::from("dirx")),
-        ..key.clone()
-    };
+    let key = list_key("dir");
+    let other = list_key("dirx");
     let old = meta("dir/a", 10, Some("v1"));
-    cache.record(&store(), &old);
+    cache.record(&me(), &store(), &old);
     for k in [&key, &other] {
         let listing = Listing {
             objects: vec![old.clone()],
@@ -63,16 +76,13 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
         };
         cache.record_listing(k.clone(), listing, cache.epoch());
     }
-    cache.record(&store(), &meta("dir/a", 12, Some("v2")));
-    assert_eq!(cache.meta(&id("dir/a"), true).unwrap().size, 12);
+    cache.record(&me(), &store(), &meta("dir/a", 12, Some("v2")));
+    assert_eq!(cache.meta(&seen("dir/a"), |_| true).unwrap().size, 12);
     assert!(
-        cache.listing(&key, true).is_none(),
+        cache.listing(&key).is_none(),
         "listing of the parent dropped"
     );
-    assert!(
-        cache.listing(&other, true).is_some(),
-        "unrelated prefix kept"
-    );
+    assert!(cache.listing(&other).is_some(), "unrelated prefix kept");
     assert_eq!(cache.stats().version_changes, 1);
 }
 
@@ -80,20 +90,25 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
 fn a_listing_that_began_before_an_invalidation_records_nothing() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
     let epoch = cache.epoch();
-    cache.invalidate(&id("dir/a"));
-    cache.record_listed(&store(), &meta("dir/a", 10, Some("old")), epoch);
-    assert!(cache.peek(&id("dir/a")).is_none());
-    cache.record_listed(&store(), &meta("dir/a", 10, Some("new")), cache.epoch());
-    assert!(cache.peek(&id("dir/a")).is_some());
+    cache.invalidate_seen(&seen("dir/a"));
+    cache.record_listed(&me(), &store(), &meta("dir/a", 10, Some("old")), epoch);
+    assert!(cache.peek(&seen("dir/a")).is_none());
+    cache.record_listed(
+        &me(),
+        &store(),
+        &meta("dir/a", 10, Some("new")),
+        cache.epoch(),
+    );
+    assert!(cache.peek(&seen("dir/a")).is_some());
 }
 
 #[test]
 fn a_response_with_a_version_but_the_same_e_tag_is_the_same_version() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
-    cache.record(&store(), &meta("a", 10, Some("\"x\"")));
+    cache.record(&me(), &store(), &meta("a", 10, Some("\"x\"")));
     let mut got = meta("a", 10, Some("\"x\""));
     got.version = Some("1700000000123456".into());
-    cache.record(&store(), &got);
+    cache.record(&me(), &store(), &got);
     assert_eq!(cache.stats().version_changes, 0);
 }
 
@@ -101,12 +116,12 @@ fn a_response_with_a_version_but_the_same_e_tag_is_the_same_version() {
 fn a_listed_version_without_e_tag_is_completed_by_a_head() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
     let listed = meta("a", 10, None);
-    cache.record(&store(), &listed);
-    let (v, _) = cache.version_of(&store(), &listed);
+    cache.record(&me(), &store(), &listed);
+    let (v, _) = cache.version_of(&me(), &store(), &listed);
     assert!(!v.pins_bytes());
-    cache.record(&store(), &meta("a", 10, Some("\"x\"")));
+    cache.record(&me(), &store(), &meta("a", 10, Some("\"x\"")));
     assert_eq!(cache.stats().version_changes, 0);
-    let (v, hit) = cache.version_of(&store(), &listed);
+    let (v, hit) = cache.version_of(&me(), &store(), &listed);
     assert!(hit && v.pins_bytes(), "{v:?}");
 }
 
@@ -114,9 +129,9 @@ fn a_listed_version_without_e_tag_is_completed_by_a_head() {
 fn entries_keyed_by_path_alone_are_checked_against_every_store() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
     let other = StoreKey::of(&url::Url::parse("s3://other").unwrap());
-    cache.record(&store(), &meta("t/a", 10, Some("one")));
+    cache.record(&me(), &store(), &meta("t/a", 10, Some("one")));
     assert!(!cache.contradicts(&Path::from("t/a"), &meta("t/a", 10, Some("one"))));
-    cache.record(&other, &meta("t/a", 10, Some("two")));
+    cache.record(&me(), &other, &meta("t/a", 10, Some("two")));
     assert!(cache.contradicts(&Path::from("t/a"), &meta("t/a", 10, Some("one"))));
     assert!(!cache.contradicts(&Path::from("t/b"), &meta("t/b", 10, Some("one"))));
 }
@@ -135,11 +150,94 @@ fn ttl_zero_never_expires_and_the_idle_timeout_does() {
     })
     .unwrap();
     for cache in [&forever, &idle] {
-        cache.record(&store(), &meta("a", 1, Some("e")));
+        cache.record(&me(), &store(), &meta("a", 1, Some("e")));
     }
     std::thread::sleep(Duration::from_millis(150));
-    assert!(forever.meta(&id("a"), true).is_some());
-    assert!(idle.meta(&id("a"), true).is_none());
+    assert!(forever.meta(&seen("a"), |_| true).is_some());
+    assert!(idle.meta(&seen("a"), |_| true).is_none());
     assert_eq!(idle.stats().metadata.expirations, 1);
     assert_eq!(forever.stats().metadata.expirations, 0);
+}
+
+#[test]
+fn what_one_identity_records_and_proves_is_its_own() {
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let other = StoreIdentity::named("other");
+    let mine = meta("t/a", 10, Some("\"0\""));
+    let theirs = meta("t/a", 12, Some("\"0\""));
+    cache.record(&me(), &store(), &mine);
+    cache.record(&other, &store(), &theirs);
+    assert_eq!(
+        cache.stats().version_changes,
+        0,
+        "two identities, two objects"
+    );
+    let of = |identity: &StoreIdentity| {
+        let s = Seen {
+            identity: identity.clone(),
+            id: id("t/a"),
+        };
+        cache.peek(&s).map(|m| m.size)
+    };
+    assert_eq!((of(&me()), of(&other)), (Some(10), Some(12)));
+    let v = ObjectVersion::new(store(), &me(), &mine);
+    cache.prove(&me(), &v);
+    assert!(cache.proven(&me(), &v));
+    assert!(!cache.proven(&other, &v), "a proof is of one identity");
+    // A failure of the other identity's store changes nothing of mine.
+    cache.invalidate_seen(&Seen {
+        identity: other.clone(),
+        id: id("t/a"),
+    });
+    assert_eq!((of(&me()), of(&other)), (Some(10), None));
+    assert!(cache.proven(&me(), &v));
+    // Mine refused the version: its proof and recorded version go, nothing else.
+    cache.unprove(&me(), &v);
+    assert!(!cache.proven(&me(), &v));
+    assert_eq!(of(&me()), None);
+}
+
+#[test]
+fn an_identitys_listings_are_its_own_and_a_change_drops_only_its_own() {
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let other = StoreIdentity::named("other");
+    let theirs = ListKey {
+        identity: other.clone(),
+        ..list_key("dir")
+    };
+    for key in [list_key("dir"), theirs.clone()] {
+        let listing = Listing {
+            objects: vec![meta("dir/a", 10, Some("v1"))],
+            common_prefixes: vec![],
+        };
+        cache.record_listing(key, listing, cache.epoch());
+    }
+    cache.record(&other, &store(), &meta("dir/a", 10, Some("v1")));
+    cache.record(&other, &store(), &meta("dir/a", 12, Some("v2")));
+    assert!(cache.listing(&list_key("dir")).is_some(), "mine is kept");
+    assert!(
+        cache.listing(&theirs).is_none(),
+        "theirs held the old version"
+    );
+}
+
+#[test]
+fn forgetting_an_object_for_everyone_drops_every_identitys_entries() {
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let other = StoreIdentity::named("other");
+    let m = meta("t/a", 10, Some("\"e\""));
+    for identity in [me(), other.clone()] {
+        cache.record(&identity, &store(), &m);
+        cache.prove(&identity, &ObjectVersion::new(store(), &identity, &m));
+    }
+    cache.invalidate(&id("t/a"));
+    for identity in [me(), other] {
+        let s = Seen {
+            identity: identity.clone(),
+            id: id("t/a"),
+        };
+        assert!(cache.peek(&s).is_none(), "{identity}");
+        let v = ObjectVersion::new(store(), &identity, &m);
+        assert!(!cache.proven(&identity, &v), "{identity}");
+    }
 }

@@ -125,7 +125,8 @@ mod tests {
 
     fn version(size: u64) -> ObjectVersion {
         let store = StoreKey::of(&url::Url::parse("memory://").unwrap());
-        ObjectVersion::with_validator(store, "f.parquet".into(), size, Validator::Immutable)
+        let identity = crate::object::StoreIdentity::named("test");
+        ObjectVersion::with_validator(store, &identity, "f.parquet".into(), size, Validator::Immutable)
     }
 
     #[tokio::test]

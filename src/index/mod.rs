@@ -3,13 +3,15 @@
 //!
 //! One size-weighted cache holds every entry. Concurrent misses for one key make one load: the
 //! first caller's load runs as a task of its own, which everyone who asks meanwhile joins. A
-//! failed load is handed to all of them and not kept; a load that panics is an error, not a
-//! poisoned key; a load whose every waiter has gone (its query was cancelled) is aborted, so
-//! it holds nothing of that query.
+//! failed load is not kept, and its error is its store identity's alone: a waiter of the same
+//! identity gets it, a waiter of another loads again with its own store. A load that panics is
+//! an error, not a poisoned key; a load whose every waiter has gone (its query was cancelled)
+//! is aborted, so it holds nothing of that query. Only versions whose bytes can be told apart
+//! are kept ([`ObjectVersion::pins_bytes`]): a footer read at a version known by its time
+//! alone is returned, never cached.
 //!
 //! [`footer`] fetches and checks footers: what a load of a footer runs.
 
-mod file_metadata_cache;
 pub mod footer;
 
 use std::collections::HashMap;
@@ -20,16 +22,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::cache::cache_manager::{CachedFileMetadataEntry, FileMetadataCache};
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use moka::sync::Cache;
-use object_store::path::Path;
 use parquet::file::metadata::ParquetMetaData;
 use tokio::task::AbortHandle;
 
 use crate::config::IndexConfig;
-use crate::object::{ObjectId, ObjectVersion};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
 use crate::stats::{CacheCounters, IndexStats, settle};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,16 +39,12 @@ enum IndexKey {
     Footer(ObjectVersion),
     /// The bloom filter of one column chunk: (row group, column).
     Bloom(ObjectVersion, usize, usize),
-    /// An entry DataFusion's own reader put through the `FileMetadataCache` interface, keyed
-    /// as DataFusion keys it (by path only). Never served to this crate's readers.
-    DataFusion(Path),
 }
 
 impl IndexKey {
-    fn object(&self) -> Option<&ObjectVersion> {
+    fn object(&self) -> &ObjectVersion {
         match self {
-            Self::Footer(o) | Self::Bloom(o, _, _) => Some(o),
-            Self::DataFusion(_) => None,
+            Self::Footer(o) | Self::Bloom(o, _, _) => o,
         }
     }
 }
@@ -58,7 +55,6 @@ enum IndexEntry {
     /// Bloom filter bytes (header and bitset), in a buffer of their own; `None` records that
     /// the chunk has none.
     Bloom(Option<Bytes>),
-    DataFusion(CachedFileMetadataEntry),
 }
 
 impl IndexEntry {
@@ -67,7 +63,6 @@ impl IndexEntry {
         let body = match self {
             Self::Footer(m) => m.memory_size(),
             Self::Bloom(b) => b.as_ref().map_or(0, Bytes::len),
-            Self::DataFusion(e) => e.file_metadata.memory_size(),
         };
         body + 64
     }
@@ -78,6 +73,8 @@ type LoadResult = std::result::Result<IndexEntry, Arc<DataFusionError>>;
 /// A load under way and who waits for it.
 struct Loading {
     id: u64,
+    /// The identity whose store the load reads: its error is that identity's alone.
+    identity: StoreIdentity,
     shared: Shared<BoxFuture<'static, LoadResult>>,
     waiters: usize,
     abort: Option<AbortHandle>,
@@ -116,8 +113,8 @@ struct Inner {
     footer_loads: AtomicU64,
     bloom_loads: AtomicU64,
     rejected: AtomicU64,
-    /// Limit DataFusion last asked for through `FileMetadataCache::update_cache_limit`.
-    datafusion_limit: AtomicU64,
+    /// Loads that failed for another identity and were made again by a waiter.
+    reloads: AtomicU64,
 }
 
 impl IndexCache {
@@ -141,7 +138,6 @@ impl IndexCache {
             .build();
         Ok(Self {
             inner: Arc::new(Inner {
-                datafusion_limit: AtomicU64::new(config.capacity_bytes),
                 config,
                 entries,
                 loading: Mutex::default(),
@@ -151,6 +147,7 @@ impl IndexCache {
                 footer_loads: AtomicU64::new(0),
                 bloom_loads: AtomicU64::new(0),
                 rejected: AtomicU64::new(0),
+                reloads: AtomicU64::new(0),
             }),
         })
     }
@@ -181,6 +178,7 @@ impl IndexCache {
             blooms: i.blooms.snapshot(bloom_entries),
             bloom_bytes,
             loads_in_flight: lock(&i.loading).len() as u64,
+            reloads: i.reloads.load(Relaxed),
         }
     }
 
@@ -196,17 +194,22 @@ impl IndexCache {
         self.inner.entries.run_pending_tasks();
     }
 
-    /// Drops every entry of one object, whatever its version, DataFusion's own included.
+    /// Drops every entry of one object, whatever its version.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
-        self.inner
-            .entries
-            .invalidate(&IndexKey::DataFusion(id.path.clone()));
         let id = id.clone();
         // Predicates are applied lazily by moka; lookups already skip matching entries.
         let _ = self
             .inner
             .entries
-            .invalidate_entries_if(move |k, _| k.object().is_some_and(|o| o.id() == &id));
+            .invalidate_entries_if(move |k, _| k.object().id() == &id);
+    }
+
+    /// Drops the entries of the versions of one object that are `identity`'s alone.
+    pub(crate) fn invalidate_owned(&self, id: &ObjectId, identity: &StoreIdentity) {
+        let (id, identity) = (id.clone(), identity.clone());
+        let _ = self.inner.entries.invalidate_entries_if(move |k, _| {
+            k.object().id() == &id && k.object().owner() == Some(&identity)
+        });
     }
 
     /// Drops the entries of one version of an object.
@@ -215,15 +218,17 @@ impl IndexCache {
         let _ = self
             .inner
             .entries
-            .invalidate_entries_if(move |k, _| k.object() == Some(&version));
+            .invalidate_entries_if(move |k, _| k.object() == &version);
     }
 
     /// The footer of `version`, from the cache or from `load` (run once however many callers
     /// ask at the same time), and whether it was found rather than loaded by this caller.
-    /// The metadata `load` returns should hold the page index.
+    /// `load` reads through a store of `identity`. The metadata it returns should hold the
+    /// page index.
     pub async fn metadata<F>(
         &self,
         version: &ObjectVersion,
+        identity: &StoreIdentity,
         load: F,
     ) -> Result<(Arc<ParquetMetaData>, bool)>
     where
@@ -235,7 +240,7 @@ impl IndexCache {
             load.await.map(IndexEntry::Footer)
         };
         match self
-            .get_or_load(IndexKey::Footer(version.clone()), load)
+            .get_or_load(IndexKey::Footer(version.clone()), identity, load)
             .await?
         {
             (IndexEntry::Footer(m), hit) => Ok((m, hit)),
@@ -244,19 +249,20 @@ impl IndexCache {
     }
 
     /// The footer DataFusion's planning decoded for `version` (read from `planning`, the
-    /// session's own `FileMetadataCache`), if it is provably that version's: the entry was
-    /// made for the same size and the same strong validator (an e_tag or version id, not a
-    /// modification time to the second), and holds the page index. Scans then need not read
-    /// it again.
+    /// session's own `FileMetadataCache`, by a store of `identity`), if it is provably that
+    /// version's: the entry was made for the same size and the same strong validator (an
+    /// e_tag or version id, not a modification time to the second), and holds the page
+    /// index. Scans then need not read it again.
     pub fn planned_footer(
         planning: &FileMetadataCache,
         version: &ObjectVersion,
+        identity: &StoreIdentity,
     ) -> Option<Arc<ParquetMetaData>> {
         if !version.pins_bytes() {
             return None;
         }
         let entry = planning.get(version.path())?;
-        let made_for = ObjectVersion::new(version.store().clone(), &entry.meta);
+        let made_for = version.reseen(identity, &entry.meta);
         if &made_for != version {
             return None;
         }
@@ -278,11 +284,13 @@ impl IndexCache {
     }
 
     /// The bloom filter bytes of (row group, column) of `version`, or `None` if that column
-    /// chunk has none; from the cache or from `load`, run once per key. The second value says
-    /// whether it was found rather than loaded by this caller.
+    /// chunk has none; from the cache or from `load` (reading through a store of
+    /// `identity`), run once per key. The second value says whether it was found rather than
+    /// loaded by this caller.
     pub async fn bloom_filter<F>(
         &self,
         version: &ObjectVersion,
+        identity: &StoreIdentity,
         row_group: usize,
         column: usize,
         load: F,
@@ -301,60 +309,81 @@ impl IndexCache {
             ))
         };
         let key = IndexKey::Bloom(version.clone(), row_group, column);
-        match self.get_or_load(key, load).await? {
+        match self.get_or_load(key, identity, load).await? {
             (IndexEntry::Bloom(b), hit) => Ok((b, hit)),
             _ => Err(mixed_up()),
         }
     }
 
-    async fn get_or_load<F>(&self, key: IndexKey, load: F) -> Result<(IndexEntry, bool)>
+    async fn get_or_load<F>(
+        &self,
+        key: IndexKey,
+        identity: &StoreIdentity,
+        load: F,
+    ) -> Result<(IndexEntry, bool)>
     where
         F: Future<Output = Result<IndexEntry>> + Send + 'static,
     {
         let bloom = matches!(key, IndexKey::Bloom(..));
-        if let Some(hit) = self.inner.entries.get(&key) {
-            self.count(bloom, true);
-            return Ok((hit, true));
-        }
-        let (shared, id, fresh) = {
-            let mut loading = lock(&self.inner.loading);
-            match loading.get_mut(&key) {
-                Some(l) => {
-                    l.waiters += 1;
-                    (l.shared.clone(), l.id, false)
-                }
-                None => {
-                    // A load that just finished may have admitted the entry between the miss
-                    // above and taking the lock: take it rather than load again.
-                    if let Some(hit) = self.inner.entries.get(&key) {
-                        drop(loading);
-                        self.count(bloom, true);
-                        return Ok((hit, true));
+        let mut load = Some(load);
+        // At most once per identity whose load failed: a waiter whose load failed on another
+        // identity's error loads again, with its own store.
+        loop {
+            if let Some(hit) = self.inner.entries.get(&key) {
+                self.count(bloom, true);
+                return Ok((hit, true));
+            }
+            let (shared, id, loader, fresh) = {
+                let mut loading = lock(&self.inner.loading);
+                match loading.get_mut(&key) {
+                    Some(l) => {
+                        l.waiters += 1;
+                        (l.shared.clone(), l.id, l.identity.clone(), false)
                     }
-                    let id = self.inner.next_load.fetch_add(1, Relaxed);
-                    let (shared, abort) = self.start(key.clone(), id, load);
-                    let entry = Loading {
-                        id,
-                        shared: shared.clone(),
-                        waiters: 1,
-                        abort,
-                    };
-                    loading.insert(key.clone(), entry);
-                    (shared, id, true)
+                    None => {
+                        // A load that just finished may have admitted the entry between the
+                        // miss above and taking the lock: take it rather than load again.
+                        if let Some(hit) = self.inner.entries.get(&key) {
+                            drop(loading);
+                            self.count(bloom, true);
+                            return Ok((hit, true));
+                        }
+                        let Some(load) = load.take() else {
+                            return Err(DataFusionError::Internal(
+                                "an index load ran twice for one caller".into(),
+                            ));
+                        };
+                        let id = self.inner.next_load.fetch_add(1, Relaxed);
+                        let (shared, abort) = self.start(key.clone(), id, load);
+                        let entry = Loading {
+                            id,
+                            identity: identity.clone(),
+                            shared: shared.clone(),
+                            waiters: 1,
+                            abort,
+                        };
+                        loading.insert(key.clone(), entry);
+                        (shared, id, identity.clone(), true)
+                    }
+                }
+            };
+            self.count(bloom, !fresh);
+            let waiter = Waiter {
+                cache: self.clone(),
+                key: key.clone(),
+                id,
+            };
+            let result = shared.await;
+            drop(waiter);
+            match result {
+                Ok(entry) => return Ok((entry, !fresh)),
+                Err(e) if fresh || &loader == identity => return Err(DataFusionError::Shared(e)),
+                Err(_) => {
+                    self.inner.reloads.fetch_add(1, Relaxed);
+                    continue;
                 }
             }
-        };
-        self.count(bloom, !fresh);
-        let waiter = Waiter {
-            cache: self.clone(),
-            key,
-            id,
-        };
-        let result = shared.await;
-        drop(waiter);
-        result
-            .map(|entry| (entry, !fresh))
-            .map_err(DataFusionError::Shared)
+        }
     }
 
     fn count(&self, bloom: bool, hit: bool) {
@@ -425,10 +454,11 @@ impl IndexCache {
         }
     }
 
-    /// Keeps `entry` unless it is larger than the per-entry share of the capacity.
+    /// Keeps `entry` unless it is larger than the per-entry share of the capacity, or of a
+    /// version whose bytes cannot be told apart from another's (known by its time alone).
     fn admit(&self, key: &IndexKey, entry: IndexEntry) {
         let i = &self.inner;
-        if !i.config.enabled {
+        if !i.config.enabled || !key.object().pins_bytes() {
             return;
         }
         if entry.weight() as u64 > i.config.max_entry_bytes() {
@@ -436,74 +466,6 @@ impl IndexCache {
             return;
         }
         i.entries.insert(key.clone(), entry);
-    }
-
-    /// DataFusion's own entry for `path`, if any, counted as a lookup.
-    fn datafusion_get(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
-        let found = match self.inner.entries.get(&IndexKey::DataFusion(path.clone())) {
-            Some(IndexEntry::DataFusion(e)) => Some(e),
-            _ => None,
-        };
-        self.count(false, found.is_some());
-        found
-    }
-
-    /// Keeps an entry of DataFusion's own reader (unless DataFusion set its limit to 0).
-    fn datafusion_put(&self, path: &Path, entry: CachedFileMetadataEntry) {
-        if self.inner.datafusion_limit.load(Relaxed) == 0 {
-            return;
-        }
-        self.inner.footer_loads.fetch_add(1, Relaxed);
-        self.admit(
-            &IndexKey::DataFusion(path.clone()),
-            IndexEntry::DataFusion(entry),
-        );
-    }
-
-    /// DataFusion's own entry for `path`, if any, not counted.
-    fn datafusion_peek(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
-        match self
-            .inner
-            .entries
-            .get(&IndexKey::DataFusion(path.clone()))?
-        {
-            IndexEntry::DataFusion(e) => Some(e),
-            _ => None,
-        }
-    }
-
-    /// Removes DataFusion's own entry for `path`.
-    fn datafusion_remove(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
-        match self
-            .inner
-            .entries
-            .remove(&IndexKey::DataFusion(path.clone()))?
-        {
-            IndexEntry::DataFusion(e) => Some(e),
-            _ => None,
-        }
-    }
-
-    /// Every entry of DataFusion's own.
-    fn datafusion_entries(&self) -> Vec<(Path, CachedFileMetadataEntry)> {
-        self.inner
-            .entries
-            .iter()
-            .filter_map(|(k, v)| match (k.as_ref(), v) {
-                (IndexKey::DataFusion(path), IndexEntry::DataFusion(e)) => Some((path.clone(), e)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The limit DataFusion last set (`datafusion.runtime.metadata_cache_limit`).
-    fn datafusion_limit(&self) -> u64 {
-        self.inner.datafusion_limit.load(Relaxed)
-    }
-
-    /// Remembers the limit DataFusion asks for; 0 stops its reader from adding entries.
-    fn set_datafusion_limit(&self, limit: u64) {
-        self.inner.datafusion_limit.store(limit, Relaxed);
     }
 }
 

@@ -5,7 +5,10 @@
 //!   [`ObjectId`] one object in it.
 //! - [`ObjectVersion`] is one version of one object: its id, its size and what tells its
 //!   versions apart ([`Validator`]). Footers, bloom filters and bytes are kept per version, so
-//!   a replaced object is a miss, never another version's entry.
+//!   a replaced object is a miss, never another version's entry. A version whose validator
+//!   names the bytes (a content hash) is shared by every store identity that has shown it;
+//!   any other (counters, times, log-named path and size) belongs to the [`StoreIdentity`]
+//!   that saw it, since two stores at one URL could show it for different bytes.
 //! - [`Validator::of`] is the one rule for turning what a store showed (`ObjectMeta` from a
 //!   listing, a HEAD or a GET) into a version, and [`ObjectVersion::matches`] the one rule for
 //!   checking a response against the version a reader asked for.
@@ -15,6 +18,7 @@
 //! at the version asked for, it fails with [`version_changed`]: an
 //! [`object_store::Error::Precondition`] naming the path and both versions.
 
+mod identity;
 mod lifecycle;
 
 use std::fmt;
@@ -25,6 +29,7 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 use url::Url;
 
+pub use identity::StoreIdentity;
 pub(crate) use lifecycle::{Lifecycle, listing_changes};
 
 /// The namespace a store serves: the scheme, host and port of the URL it is registered under
@@ -114,9 +119,28 @@ impl Validator {
     }
 
     /// Whether the bytes of a version with this validator can be told apart from any other
-    /// version's: only then are they kept and shared.
+    /// version's: only then are they kept.
     pub fn pins_bytes(&self) -> bool {
         !matches!(self, Self::Unvalidated { .. })
+    }
+
+    /// Whether this validator names the bytes themselves, whoever serves them: an e_tag that
+    /// is a content digest (S3's MD5, `<md5>-<parts>` for multipart uploads, or a longer hex
+    /// digest). Two stores showing such a version hold the same bytes, so its entries are
+    /// shared between them. Counters and times (the in-memory store's e_tags, Azure's, some
+    /// S3-compatible servers'), version ids and log-named versions only tell one store's
+    /// versions apart.
+    pub fn names_content(&self) -> bool {
+        let Self::ETag(e) = self else {
+            return false;
+        };
+        let (digest, parts) = match e.tag.split_once('-') {
+            Some((digest, parts)) => (digest, Some(parts)),
+            None => (e.tag.as_ref(), None),
+        };
+        digest.len() >= 32
+            && digest.bytes().all(|b| b.is_ascii_hexdigit())
+            && parts.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
     }
 
     /// The `If-Match` value that guards a read of this version, if there is one.
@@ -208,21 +232,42 @@ struct VersionInner {
     id: ObjectId,
     size: u64,
     validator: Validator,
+    /// The identity this version belongs to; `None` for a version whose validator names its
+    /// bytes ([`Validator::names_content`]), shared by every identity that has shown it.
+    owner: Option<StoreIdentity>,
 }
 
 impl ObjectVersion {
-    /// The version `meta` describes of an object in the store `store`.
-    pub fn new(store: StoreKey, meta: &ObjectMeta) -> Self {
-        Self::with_validator(store, meta.location.clone(), meta.size, Validator::of(meta))
+    /// The version `meta` describes of an object in the store `store`, as a store of
+    /// `identity` showed it.
+    pub fn new(store: StoreKey, identity: &StoreIdentity, meta: &ObjectMeta) -> Self {
+        let (path, validator) = (meta.location.clone(), Validator::of(meta));
+        Self::with_validator(store, identity, path, meta.size, validator)
     }
 
-    /// A version named by its parts, such as an immutable file of a table's log.
-    pub fn with_validator(store: StoreKey, path: Path, size: u64, validator: Validator) -> Self {
+    /// A version named by its parts, such as an immutable file of a table's log, as a store
+    /// of `identity` knows it.
+    pub fn with_validator(
+        store: StoreKey,
+        identity: &StoreIdentity,
+        path: Path,
+        size: u64,
+        validator: Validator,
+    ) -> Self {
+        let owner = (!validator.names_content()).then(|| identity.clone());
         Self(Arc::new(VersionInner {
             id: ObjectId { store, path },
             size,
             validator,
+            owner,
         }))
+    }
+
+    /// The version `meta` shows of the same object, for the same identity as this one
+    /// (`identity` when this version is shared by all).
+    pub fn reseen(&self, identity: &StoreIdentity, meta: &ObjectMeta) -> Self {
+        let identity = self.owner().unwrap_or(identity);
+        Self::new(self.store().clone(), identity, meta)
     }
 
     /// The object this is a version of.
@@ -250,12 +295,25 @@ impl ObjectVersion {
         &self.0.validator
     }
 
-    /// Whether this version's bytes are kept and shared ([`Validator::pins_bytes`]).
+    /// Whether this version's bytes are kept ([`Validator::pins_bytes`]).
     pub fn pins_bytes(&self) -> bool {
         self.0.validator.pins_bytes()
     }
 
-    /// A text naming this version exactly, stable across processes.
+    /// The identity whose alone this version is, or `None` if every identity that has shown
+    /// it shares its entries.
+    pub fn owner(&self) -> Option<&StoreIdentity> {
+        self.0.owner.as_ref()
+    }
+
+    /// Whether this version's entries may outlive the process (the disk tier): only a version
+    /// named by its content is the same version in the next process.
+    pub fn outlives_process(&self) -> bool {
+        self.0.owner.is_none()
+    }
+
+    /// A text naming this version exactly, stable across processes (for versions that
+    /// [outlive the process](Self::outlives_process)).
     pub fn canonical(&self) -> String {
         format!(
             "{}\n{}\n{}\n{}",
@@ -352,7 +410,7 @@ impl std::error::Error for VersionChanged {}
 /// The error of a read of `version` that found the object changed (`found` is what the
 /// store showed, if it did).
 pub fn version_changed(version: &ObjectVersion, found: Option<&ObjectMeta>) -> object_store::Error {
-    let found = found.map(|m| ObjectVersion::new(version.store().clone(), m).to_string());
+    let found = found.map(|m| format!("{} bytes, {}", m.size, Validator::of(m)));
     object_store::Error::Precondition {
         path: version.path().to_string(),
         source: Box::new(VersionChanged {
@@ -404,6 +462,52 @@ mod tests {
         StoreKey::of(&Url::parse("s3://bucket").unwrap())
     }
 
+    fn me() -> StoreIdentity {
+        StoreIdentity::named("me")
+    }
+
+    #[test]
+    fn only_content_digests_are_shared_between_identities() {
+        let md5 = "\"9e107d9d372bb6826bd81d3542a419d6\"";
+        for (e_tag, shared) in [
+            (md5, true),
+            ("\"9e107d9d372bb6826bd81d3542a419d6-12\"", true),
+            (
+                "d7a8fbb307d7809469ca9abcb0082e4f8d5651e46d3cdb762d02d0bf37c9e592",
+                true,
+            ),
+            ("\"0\"", false),
+            ("\"17\"", false),
+            ("\"0x8DBB0F7E1B4C2A1\"", false),
+            ("\"9e107d9d372bb6826bd81d3542a419d6-\"", false),
+            ("\"9e107d9d372bb6826bd81d3542a419d6-x\"", false),
+            ("\"1a2b-5f00-2000\"", false),
+        ] {
+            let a = ObjectVersion::new(key(), &me(), &meta(10, Some(e_tag), None));
+            let b = ObjectVersion::new(key(), &StoreIdentity::named("other"), &a_meta(e_tag));
+            assert_eq!(a == b, shared, "{e_tag}");
+            assert_eq!(a.owner().is_none(), shared, "{e_tag}");
+            assert_eq!(a.outlives_process(), shared, "{e_tag}");
+        }
+        let versioned = ObjectVersion::new(key(), &me(), &meta(10, None, Some("7")));
+        assert_eq!(
+            versioned.owner(),
+            Some(&me()),
+            "version ids are times or counters"
+        );
+        let logged =
+            ObjectVersion::with_validator(key(), &me(), "a".into(), 1, Validator::Immutable);
+        assert_eq!(
+            logged.owner(),
+            Some(&me()),
+            "path and size name nothing across stores"
+        );
+    }
+
+    fn a_meta(e_tag: &str) -> ObjectMeta {
+        meta(10, Some(e_tag), None)
+    }
+
     #[test]
     fn a_store_is_named_by_scheme_host_and_port_alone() {
         for (a, b) in [
@@ -422,8 +526,12 @@ mod tests {
 
     #[test]
     fn a_listing_without_the_version_and_a_get_with_it_name_one_version() {
-        let listed = ObjectVersion::new(key(), &meta(10, Some("\"abc\""), None));
-        let got = ObjectVersion::new(key(), &meta(10, Some("\"abc\""), Some("1700000000123")));
+        let listed = ObjectVersion::new(key(), &me(), &meta(10, Some("\"abc\""), None));
+        let got = ObjectVersion::new(
+            key(),
+            &me(),
+            &meta(10, Some("\"abc\""), Some("1700000000123")),
+        );
         assert_eq!(listed, got, "the e_tag decides");
         assert!(listed.matches(&meta(10, Some("\"abc\""), Some("17"))));
         assert!(
@@ -440,24 +548,24 @@ mod tests {
 
     #[test]
     fn weak_and_missing_e_tags_never_pin_bytes() {
-        let weak = ObjectVersion::new(key(), &meta(10, Some("W/\"abc\""), None));
+        let weak = ObjectVersion::new(key(), &me(), &meta(10, Some("W/\"abc\""), None));
         assert!(!weak.pins_bytes());
         assert_eq!(weak.validator().if_match(), None);
         assert!(weak.matches(&meta(10, Some("W/\"abc\""), None)));
         assert!(!weak.matches(&meta(10, Some("W/\"abd\""), None)));
-        let none = ObjectVersion::new(key(), &meta(10, None, None));
+        let none = ObjectVersion::new(key(), &me(), &meta(10, None, None));
         assert!(!none.pins_bytes());
         let mut later = meta(10, None, None);
         later.last_modified = Utc.timestamp_opt(1_700_000_005, 0).unwrap();
         assert!(!none.matches(&later), "another modification time");
-        let versioned = ObjectVersion::new(key(), &meta(10, None, Some("7")));
+        let versioned = ObjectVersion::new(key(), &me(), &meta(10, None, Some("7")));
         assert!(versioned.pins_bytes());
         assert!(!versioned.matches(&meta(10, None, Some("8"))));
     }
 
     #[test]
     fn a_changed_version_is_a_precondition_error_naming_both_versions() {
-        let v1 = ObjectVersion::new(key(), &meta(10, Some("\"one\""), None));
+        let v1 = ObjectVersion::new(key(), &me(), &meta(10, Some("\"one\""), None));
         let err = version_changed(&v1, Some(&meta(12, Some("\"two\""), None)));
         assert!(matches!(err, object_store::Error::Precondition { .. }));
         let text = err.to_string();

@@ -127,6 +127,11 @@ impl Scan {
         let scan = Arc::clone(self);
         let generation = state.generation;
         let task = async move {
+            // Keyed as the readers key it: pinned to its e_tag (see `StoreReads::pinned`).
+            let Ok(version) = scan.reads.pinned(&version).await else {
+                scan.figures.failed();
+                return None;
+            };
             let (reads, v, hint) = (scan.reads.clone(), version.clone(), scan.metadata_size_hint);
             let load = async move {
                 let read = |range: Range<u64>| {
@@ -135,7 +140,8 @@ impl Scan {
                 };
                 load_footer(&v, hint, read).await
             };
-            match scan.index.metadata(&version, load).await {
+            let identity = scan.reads.identity().clone();
+            match scan.index.metadata(&version, &identity, load).await {
                 Ok((metadata, _)) => scan.queue_pieces(generation, version.path(), &metadata),
                 Err(_) => scan.figures.failed(),
             }

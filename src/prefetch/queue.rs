@@ -224,7 +224,7 @@ impl Scan {
         let version = entry.version.clone();
         let footer = self.index.cached_metadata(&version).or_else(|| {
             let planning = self.planning.as_ref()?;
-            IndexCache::planned_footer(planning.as_ref(), &version)
+            IndexCache::planned_footer(planning.as_ref(), &version, self.reads.identity())
         });
         if let Some(footer) = footer {
             self.queue_pieces_locked(state, path, &footer);

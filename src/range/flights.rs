@@ -9,13 +9,15 @@
 //! is checked as the joiner's own would be: guarded by `If-Match` of the version's e_tag, or,
 //! for a version known by size and modification time alone (a listing without e_tags), with
 //! the response checked against them. A joined read thus gets bytes of the version it asked
-//! for, fetched while it waited. A flight whose fetch fails or is dropped (its query was
-//! cancelled) closes its channel, and whoever joined it fetches those bytes itself.
+//! for, fetched while it waited. A flight's fetch runs on a task of its own (`read.rs`), so a
+//! joiner never waits on another query being polled. A flight whose fetch fails or is
+//! aborted (nobody waits for it any more) closes its channel, and whoever joined it fetches
+//! those bytes itself.
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::watch;
@@ -64,24 +66,35 @@ impl Joined {
 
 /// The flights a read claimed: it must fetch their ranges and [`Claim::land`] them. Dropped
 /// unlanded (a failed or cancelled fetch), its flights close and are removed.
-pub(super) struct Claim<'a> {
-    flights: &'a Flights,
+pub(super) struct Claim {
+    flights: Arc<Flights>,
     object: ObjectVersion,
     own: Vec<(u64, watch::Sender<Arrival>)>,
+}
+
+/// Who waits for the flights of a claim, besides its own read.
+pub(super) struct Watchers(Vec<watch::Sender<Arrival>>);
+
+impl Watchers {
+    /// Whether another read joined one of the flights.
+    pub(super) fn any(&self) -> bool {
+        // Each flight's own entry in the map holds one receiver.
+        self.0.iter().any(|s| s.receiver_count() > 1)
+    }
 }
 
 impl Flights {
     /// Splits `requests` of `object` (sorted, disjoint) into the parts flights in the air
     /// bring, and the parts this read fetches itself, claimed as its flights (sorted).
     pub(super) fn claim(
-        &self,
+        self: &Arc<Self>,
         object: &ObjectVersion,
         requests: &[Range<u64>],
-    ) -> (Vec<Joined>, Vec<Range<u64>>, Claim<'_>) {
+    ) -> (Vec<Joined>, Vec<Range<u64>>, Claim) {
         let mut joined = Vec::new();
         let mut fetch = Vec::new();
         let mut claim = Claim {
-            flights: self,
+            flights: Arc::clone(self),
             object: object.clone(),
             own: Vec::new(),
         };
@@ -145,7 +158,13 @@ impl Flights {
     }
 }
 
-impl Claim<'_> {
+impl Claim {
+    /// Who else waits for these flights, to tell whether a download nobody else wants may be
+    /// aborted. Holding it keeps the flights' channels open: drop it once the download ended.
+    pub(super) fn watchers(&self) -> Watchers {
+        Watchers(self.own.iter().map(|(_, s)| s.clone()).collect())
+    }
+
     /// Hands the fetched bytes (one buffer per claimed range, in order) to whoever joined.
     pub(super) fn land(mut self, fetched: &[Bytes]) {
         for ((_, sender), bytes) in self.own.iter().zip(fetched) {
@@ -171,7 +190,7 @@ impl Claim<'_> {
     }
 }
 
-impl Drop for Claim<'_> {
+impl Drop for Claim {
     fn drop(&mut self) {
         self.remove();
     }

@@ -24,6 +24,8 @@ mod flights;
 mod read;
 mod spans;
 
+pub(crate) use read::Fetched;
+
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -37,11 +39,11 @@ use tokio::sync::Notify;
 
 use crate::config::RangeConfig;
 use crate::metrics::Source;
-use crate::object::{ObjectId, ObjectVersion};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
 use crate::stats::{CacheCounters, CacheStats, RangeStats, settle};
 use disk::DiskTier;
 use flights::Flights;
-use spans::Spans;
+use spans::{Inserted, Spans};
 
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
 /// written (the disk is slower than the network), rather than held in memory.
@@ -53,7 +55,63 @@ struct RangeKey {
     start: u64,
 }
 
-type SpanMap = Arc<Mutex<HashMap<ObjectVersion, Spans>>>;
+type SpanMap = Arc<Mutex<Held>>;
+
+/// The ranges the memory tier holds, per object version, and how many versions of each
+/// object it holds ranges of.
+#[derive(Debug, Default)]
+struct Held {
+    versions: HashMap<ObjectVersion, Spans>,
+    objects: HashMap<ObjectId, usize>,
+}
+
+impl Held {
+    fn get(&self, version: &ObjectVersion) -> Option<&Spans> {
+        self.versions.get(version)
+    }
+
+    /// Records `range` of `version` ([`Spans::insert`]).
+    fn insert(&mut self, version: &ObjectVersion, range: Range<u64>) -> Inserted {
+        if !self.versions.contains_key(version) {
+            *self.objects.entry(version.id().clone()).or_default() += 1;
+        }
+        self.versions
+            .entry(version.clone())
+            .or_default()
+            .insert(range)
+    }
+
+    /// Forgets `range` of `version` if it is the range held at its start.
+    fn remove_range(&mut self, version: &ObjectVersion, range: &Range<u64>) {
+        if let Some(held) = self.versions.get_mut(version) {
+            held.remove(range);
+            if held.is_empty() {
+                self.remove(version);
+            }
+        }
+    }
+
+    /// Forgets every range of `version`.
+    fn remove(&mut self, version: &ObjectVersion) -> Option<Spans> {
+        let spans = self.versions.remove(version)?;
+        if let Some(n) = self.objects.get_mut(version.id()) {
+            *n -= 1;
+            if *n == 0 {
+                self.objects.remove(version.id());
+            }
+        }
+        Some(spans)
+    }
+
+    fn holds_object(&self, id: &ObjectId) -> bool {
+        self.objects.contains_key(id)
+    }
+
+    fn clear(&mut self) {
+        self.versions.clear();
+        self.objects.clear();
+    }
+}
 
 /// The shared cache of object byte ranges. Cheap to clone.
 ///
@@ -92,7 +150,11 @@ struct Inner {
     disk_skipped: AtomicU64,
     disk_idle: Notify,
     /// Downloads in the air, which reads of the same bytes join.
-    flights: Flights,
+    flights: Arc<Flights>,
+    /// Run between a skipped disk write's two steps: lets a test order another write's end
+    /// between them.
+    #[cfg(test)]
+    between_skip_steps: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 impl RangeCache {
@@ -139,7 +201,9 @@ impl RangeCache {
                 disk_pending: AtomicU64::new(0),
                 disk_skipped: AtomicU64::new(0),
                 disk_idle: Notify::new(),
-                flights: Flights::default(),
+                flights: Arc::default(),
+                #[cfg(test)]
+                between_skip_steps: Mutex::default(),
             }),
         })
     }
@@ -154,6 +218,15 @@ impl RangeCache {
     /// keeps already).
     pub fn applies(&self, version: &ObjectVersion) -> bool {
         self.inner.config.enabled && version.pins_bytes() && !version.store().is_local()
+    }
+
+    /// The disk tier, if there is one and it may keep `version`: only versions named by their
+    /// content are the same version in the next process, or for the next store identity.
+    fn disk_for(&self, version: &ObjectVersion) -> Option<&Arc<DiskTier>> {
+        self.inner
+            .disk
+            .as_ref()
+            .filter(|_| version.outlives_process())
     }
 
     /// Bytes served so far from memory, disk and the store, read without cache maintenance.
@@ -226,6 +299,12 @@ impl RangeCache {
         }
     }
 
+    /// Drops every range of the versions of one object that are `identity`'s alone (never on
+    /// disk: see [`RangeCache::disk_for`]).
+    pub(crate) fn invalidate_owned(&self, id: &ObjectId, identity: &StoreIdentity) {
+        self.drop_versions(|o| o.id() == id && o.owner() == Some(identity));
+    }
+
     /// Drops every range of one version of an object.
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
         self.drop_versions(|o| o == version);
@@ -238,7 +317,12 @@ impl RangeCache {
     fn drop_versions(&self, which: impl Fn(&ObjectVersion) -> bool) {
         let keys: Vec<RangeKey> = {
             let mut spans = self.lock_spans();
-            let versions: Vec<ObjectVersion> = spans.keys().filter(|o| which(o)).cloned().collect();
+            let versions: Vec<ObjectVersion> = spans
+                .versions
+                .keys()
+                .filter(|o| which(o))
+                .cloned()
+                .collect();
             versions
                 .into_iter()
                 .flat_map(|object| {
@@ -258,10 +342,12 @@ impl RangeCache {
         }
     }
 
-    /// Whether the disk tier holds bytes of some version of object `id`: then learning its
-    /// version (a HEAD) may save fetching them again.
+    /// Whether memory or the disk tier holds bytes of some version of object `id`: then
+    /// learning its version (a HEAD) may save fetching them again.
     pub(crate) fn may_hold(&self, id: &ObjectId) -> bool {
-        self.inner.config.enabled && self.inner.disk.as_ref().is_some_and(|d| d.holds(id))
+        self.inner.config.enabled
+            && (self.lock_spans().holds_object(id)
+                || self.inner.disk.as_ref().is_some_and(|d| d.holds(id)))
     }
 
     /// Waits until every disk write started so far has finished (or failed).
@@ -275,7 +361,7 @@ impl RangeCache {
         }
     }
 
-    fn lock_spans(&self) -> MutexGuard<'_, HashMap<ObjectVersion, Spans>> {
+    fn lock_spans(&self) -> MutexGuard<'_, Held> {
         self.inner.spans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -295,11 +381,7 @@ impl RangeCache {
         if gaps.is_empty() {
             return true;
         }
-        let on_disk = self
-            .inner
-            .disk
-            .as_ref()
-            .and_then(|d| d.cover(object, &gaps));
+        let on_disk = self.disk_for(object).and_then(|d| d.cover(object, &gaps));
         on_disk.is_some_and(|pieces| pieces.iter().flatten().all(|(_, entry)| entry.is_some()))
     }
 
@@ -333,15 +415,33 @@ impl RangeCache {
         {
             return;
         }
+        let range = start..start + len;
+        if self
+            .lock_spans()
+            .get(object)
+            .is_some_and(|s| s.holds(&range))
+        {
+            return;
+        }
+        // In moka before the spans, so a lookup never finds a span without its bytes.
         self.inner.memory.insert(key, bytes);
-        self.lock_spans()
-            .entry(object.clone())
-            .or_default()
-            .insert(start..start + len);
+        let inserted = self.lock_spans().insert(object, range.clone());
+        let unneeded = match inserted {
+            // Another read kept a range holding this one meanwhile.
+            Inserted::Covered => vec![range],
+            Inserted::Replacing(inside) => inside,
+        };
+        // Outside the lock: moka's listener takes it. The entry at `start` is this one.
+        for r in unneeded.into_iter().filter(|r| r.start != start) {
+            self.inner.memory.invalidate(&RangeKey {
+                object: object.clone(),
+                start: r.start,
+            });
+        }
     }
 
     fn write_disk(&self, object: &ObjectVersion, start: u64, bytes: &Bytes) {
-        let Some(disk) = &self.inner.disk else {
+        let Some(disk) = self.disk_for(object) else {
             return;
         };
         let len = bytes.len() as u64;
@@ -351,23 +451,35 @@ impl RangeCache {
         }
         let pending = self.inner.disk_pending.fetch_add(len, Relaxed);
         if pending + len > MAX_PENDING_DISK_BYTES {
-            self.inner.disk_pending.fetch_sub(len, Relaxed);
             self.inner.disk_skipped.fetch_add(1, Relaxed);
+            #[cfg(test)]
+            if let Some(step) = self.inner.between_skip_steps.lock().unwrap().as_ref() {
+                step();
+            }
+            self.inner.written(len);
             return;
         }
         let (disk, object, bytes) = (Arc::clone(disk), object.clone(), bytes.clone());
         let inner = Arc::clone(&self.inner);
         let write = move || {
             disk.write(&object, start, &bytes);
-            if inner.disk_pending.fetch_sub(len, Relaxed) == len {
-                inner.disk_idle.notify_waiters();
-            }
+            inner.written(len);
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn_blocking(write);
             }
             Err(_) => write(),
+        }
+    }
+}
+
+impl Inner {
+    /// `len` pending bytes are written (or given up): a flush waiting for the last of them
+    /// wakes, whichever path took them off.
+    fn written(&self, len: u64) {
+        if self.disk_pending.fetch_sub(len, Relaxed) == len {
+            self.disk_idle.notify_waiters();
         }
     }
 }
@@ -402,12 +514,7 @@ pub(crate) fn fuzz_disk_entry(name: &str, contents: &[u8]) -> bool {
 
 fn forget_span(spans: &SpanMap, object: &ObjectVersion, range: Range<u64>) {
     let mut spans = spans.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(held) = spans.get_mut(object) {
-        held.remove(&range);
-        if held.is_empty() {
-            spans.remove(object);
-        }
-    }
+    spans.remove_range(object, &range);
 }
 
 #[cfg(test)]

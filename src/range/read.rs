@@ -2,13 +2,14 @@
 //! tier holds, and the gaps, which are joined to downloads in the air or fetched, and kept.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
 use object_store::OBJECT_STORE_COALESCE_DEFAULT;
 
+use super::flights::Claim;
 use super::spans::Piece;
 use super::{RangeCache, RangeKey, forget_span};
 use crate::metrics::{ScanMetrics, Source};
@@ -34,28 +35,37 @@ impl Part {
     }
 }
 
+/// What a fetch of missing ranges brought: a buffer per range, and the version they may be
+/// kept under (`None`: not kept), which every response that carried them showed.
+pub(crate) struct Fetched {
+    /// The bytes, one buffer per range asked for.
+    pub(crate) bytes: Vec<Bytes>,
+    /// The version to keep them under: the one asked for, or, for a version known by its
+    /// time alone, the one the responses showed.
+    pub(crate) keep: Option<ObjectVersion>,
+}
+
+/// A fetch of missing ranges: a future of its own, so a download other reads join runs on
+/// its own task, whether or not its first reader is polled.
+pub(crate) type Fetch<'a> =
+    dyn Fn(Vec<Range<u64>>) -> BoxFuture<'static, object_store::Result<Fetched>> + Send + Sync + 'a;
+
 impl RangeCache {
     /// Reads `ranges` of `object`: from memory, then disk, then downloads of other reads in
     /// the air, and what none holds through `fetch`, called with the missing ranges
     /// (coalesced the way object_store coalesces): once, and once more for bytes a joined
-    /// download failed to bring. What `fetch` returns is kept under the version `keep_as`
-    /// names once the fetch is done: `object` itself, or, for a version that could not be
-    /// looked up (known by its time alone), the version the responses showed. `fetch` must
-    /// read `object` at this version (guarded by it). The bytes served are counted by source
-    /// here and, for a reader's own read, in `scan`. Ranges must be valid.
-    pub(crate) async fn read_through<F, Fut, K>(
+    /// download failed to bring. `fetch` must read `object` at this version (guarded by it);
+    /// what it returns is kept under the version it names. Downloads this read makes run as
+    /// tasks of their own, which other reads join; one nobody waits for any more is aborted.
+    /// The bytes served are counted by source here and, for a reader's own read, in `scan`.
+    /// Ranges must be valid.
+    pub(crate) async fn read_through(
         &self,
         object: &ObjectVersion,
         ranges: &[Range<u64>],
         scan: Option<&ScanMetrics>,
-        fetch: F,
-        keep_as: K,
-    ) -> object_store::Result<Vec<Bytes>>
-    where
-        F: Fn(Vec<Range<u64>>) -> Fut,
-        Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
-        K: Fn() -> Option<ObjectVersion>,
-    {
+        fetch: &Fetch<'_>,
+    ) -> object_store::Result<Vec<Bytes>> {
         let served = |source, bytes| {
             self.inner.served.add(source, bytes);
             if let Some(scan) = scan {
@@ -70,7 +80,7 @@ impl RangeCache {
             }
             false => ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect(),
         };
-        self.fetch_gaps(object, &mut parts, fetch, keep_as).await?;
+        self.fetch_gaps(object, &mut parts, fetch).await?;
         ranges
             .iter()
             .zip(parts)
@@ -142,7 +152,7 @@ impl RangeCache {
 
     /// Fills the pieces memory lacked from the disk tier, and brings what it read into memory.
     async fn look_on_disk(&self, object: &ObjectVersion, parts: &mut [Vec<Part>]) {
-        let Some(disk) = &self.inner.disk else {
+        let Some(disk) = self.disk_for(object) else {
             return;
         };
         if parts.iter().flatten().all(|p| p.found.is_some()) {
@@ -206,18 +216,12 @@ impl RangeCache {
     /// Fetches the pieces neither tier had and keeps them: what downloads of other reads
     /// already in the air bring is joined (`flights.rs`), the rest fetched in one call of
     /// `fetch`; a joined download that fails is fetched here after all, in a second call.
-    async fn fetch_gaps<F, Fut, K>(
+    async fn fetch_gaps(
         &self,
         object: &ObjectVersion,
         parts: &mut [Vec<Part>],
-        fetch: F,
-        keep_as: K,
-    ) -> object_store::Result<()>
-    where
-        F: Fn(Vec<Range<u64>>) -> Fut,
-        Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
-        K: Fn() -> Option<ObjectVersion>,
-    {
+        fetch: &Fetch<'_>,
+    ) -> object_store::Result<()> {
         let mut gaps: Vec<Range<u64>> = parts
             .iter()
             .flatten()
@@ -242,10 +246,7 @@ impl RangeCache {
         let (joined, own, claim) = self.inner.flights.claim(object, &requests);
         let mut pieces: Vec<(Range<u64>, Bytes)> = Vec::new();
         if !own.is_empty() {
-            // On an error, `claim` is dropped: its flights close, and their joiners fetch.
-            let fetched = self.fetch_checked(object, &own, &fetch).await?;
-            claim.land(&fetched);
-            self.keep(&keep_as, &own, &fetched);
+            let fetched = self.download(object, &own, claim, fetch).await?;
             pieces.extend(own.into_iter().zip(fetched));
         }
         let mut failed = Vec::new();
@@ -257,9 +258,9 @@ impl RangeCache {
             }
         }
         if !failed.is_empty() {
-            let fetched = self.fetch_checked(object, &failed, &fetch).await?;
-            self.keep(&keep_as, &failed, &fetched);
-            pieces.extend(failed.into_iter().zip(fetched));
+            let fetched = self.fetch_checked(object, &failed, fetch).await?;
+            self.keep(&failed, &fetched);
+            pieces.extend(failed.into_iter().zip(fetched.bytes));
         }
         pieces.sort_by_key(|(r, _)| r.start);
         // Each gap is covered by the pieces fetched or joined, each a slice of its buffer.
@@ -277,47 +278,105 @@ impl RangeCache {
         Ok(())
     }
 
+    /// Downloads `own`, the ranges this read claimed as flights, on a task of its own: the
+    /// bytes land for whoever joined, and are kept, however this read is polled. If this read
+    /// goes away (its query was cancelled or stopped polling for good), the download goes on
+    /// while others wait for it, and is aborted when nobody does.
+    async fn download(
+        &self,
+        object: &ObjectVersion,
+        own: &[Range<u64>],
+        claim: Claim,
+        fetch: &Fetch<'_>,
+    ) -> object_store::Result<Vec<Bytes>> {
+        let fetching = fetch(own.to_vec());
+        let joiners = claim.watchers();
+        let (cache, object, own) = (self.clone(), object.clone(), own.to_vec());
+        let task = async move {
+            // On an error, `claim` is dropped: its flights close, and their joiners fetch.
+            let fetched = check(&object, &own, fetching.await?)?;
+            claim.land(&fetched.bytes);
+            cache.keep(&own, &fetched);
+            Ok(fetched.bytes)
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return task.await;
+        };
+        let running = Running {
+            task: runtime.spawn(task),
+            joiners,
+        };
+        running.finish().await
+    }
+
     /// `fetch` of `requests`, checked to return one buffer of the right length per range.
-    async fn fetch_checked<F, Fut>(
+    async fn fetch_checked(
         &self,
         object: &ObjectVersion,
         requests: &[Range<u64>],
-        fetch: &F,
-    ) -> object_store::Result<Vec<Bytes>>
-    where
-        F: Fn(Vec<Range<u64>>) -> Fut,
-        Fut: Future<Output = object_store::Result<Vec<Bytes>>>,
-    {
-        let fetched = fetch(requests.to_vec()).await?;
-        if fetched.len() != requests.len()
-            || fetched
-                .iter()
-                .zip(requests)
-                .any(|(b, r)| b.len() as u64 != r.end - r.start)
-        {
-            return Err(object_store::Error::Generic {
-                store: "RangeCache",
-                source: format!(
-                    "the store returned other lengths than the ranges asked of {}",
-                    object.path()
-                )
-                .into(),
-            });
-        }
-        Ok(fetched)
+        fetch: &Fetch<'_>,
+    ) -> object_store::Result<Fetched> {
+        check(object, requests, fetch(requests.to_vec()).await?)
     }
 
-    /// Keeps fetched bytes under the version `keep_as` names now (see `read_through`).
-    fn keep<K: Fn() -> Option<ObjectVersion>>(
-        &self,
-        keep_as: &K,
-        ranges: &[Range<u64>],
-        bytes: &[Bytes],
-    ) {
-        if let Some(keep) = keep_as() {
-            for (range, bytes) in ranges.iter().zip(bytes) {
-                self.insert(&keep, range.start, bytes.clone());
+    /// Keeps fetched bytes under the version the fetch named, if any.
+    fn keep(&self, ranges: &[Range<u64>], fetched: &Fetched) {
+        if let Some(keep) = &fetched.keep {
+            for (range, bytes) in ranges.iter().zip(&fetched.bytes) {
+                self.insert(keep, range.start, bytes.clone());
             }
+        }
+    }
+}
+
+/// `fetched`, if it holds one buffer of the right length per range of `requests`.
+fn check(
+    object: &ObjectVersion,
+    requests: &[Range<u64>],
+    fetched: Fetched,
+) -> object_store::Result<Fetched> {
+    if fetched.bytes.len() != requests.len()
+        || fetched
+            .bytes
+            .iter()
+            .zip(requests)
+            .any(|(b, r)| b.len() as u64 != r.end - r.start)
+    {
+        return Err(object_store::Error::Generic {
+            store: "RangeCache",
+            source: format!(
+                "the store returned other lengths than the ranges asked of {}",
+                object.path()
+            )
+            .into(),
+        });
+    }
+    Ok(fetched)
+}
+
+/// A download running on its own task, and who else waits for its flights.
+struct Running {
+    task: tokio::task::JoinHandle<object_store::Result<Vec<Bytes>>>,
+    joiners: super::flights::Watchers,
+}
+
+impl Running {
+    async fn finish(mut self) -> object_store::Result<Vec<Bytes>> {
+        let joined = (&mut self.task).await;
+        joined.unwrap_or_else(|e| {
+            Err(object_store::Error::Generic {
+                store: "RangeCache",
+                source: format!("a download failed to finish: {e}").into(),
+            })
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Its reader went away: the download goes on only for those who joined it.
+        if !self.task.is_finished() && !self.joiners.any() {
+            self.task.abort();
         }
     }
 }

@@ -3,22 +3,51 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-/// The ranges of one object version a tier holds, by start offset. Entries may overlap (a
-/// later download can cover part of an earlier one); for one start only the longest is kept.
+/// The ranges of one object version a tier holds, by start offset. No held range lies
+/// inside another (a range inside a held one is not recorded; one holding others replaces
+/// them), so ends grow with starts, and the range holding an offset is the last one starting
+/// at or before it: each piece of a lookup is one probe of the map, however many ranges the
+/// object has.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Spans(BTreeMap<u64, u64>);
 
 /// One piece of a request: the bytes `piece`, and the held range they lie in, if any.
 pub(crate) type Piece = (Range<u64>, Option<Range<u64>>);
 
+/// What recording a range did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Inserted {
+    /// A held range holds it already: nothing recorded.
+    Covered,
+    /// Recorded; the held ranges it holds were removed (their entries are no longer needed).
+    Replacing(Vec<Range<u64>>),
+}
+
 impl Spans {
-    /// Records that `range` is held. Returns the range it replaced at the same start, if any.
-    pub(crate) fn insert(&mut self, range: Range<u64>) -> Option<Range<u64>> {
-        let start = range.start;
-        match self.0.get(&start) {
-            Some(&end) if end >= range.end => None,
-            _ => self.0.insert(start, range.end).map(|end| start..end),
+    /// Records that `range` is held, unless a held range holds it already.
+    pub(crate) fn insert(&mut self, range: Range<u64>) -> Inserted {
+        if self.holds(&range) {
+            return Inserted::Covered;
         }
+        let mut inside = Vec::new();
+        for (&start, &end) in self.0.range(range.start..range.end) {
+            // Ends grow with starts: the first one reaching past `range` ends the run.
+            if end > range.end {
+                break;
+            }
+            inside.push(start..end);
+        }
+        for r in &inside {
+            self.0.remove(&r.start);
+        }
+        self.0.insert(range.start, range.end);
+        Inserted::Replacing(inside)
+    }
+
+    /// Whether one held range holds all of `range`.
+    pub(crate) fn holds(&self, range: &Range<u64>) -> bool {
+        self.holding(range.start)
+            .is_some_and(|held| held.end >= range.end)
     }
 
     /// Forgets `range` if it is the range held at its start.
@@ -37,25 +66,28 @@ impl Spans {
         self.0.iter().map(|(&s, &e)| s..e)
     }
 
-    /// Cuts `range` into consecutive pieces, each inside one held range (the one reaching
-    /// furthest) or in a gap no held range touches.
+    /// The held range starting last at or before `pos` (the one reaching furthest past it).
+    fn holding(&self, pos: u64) -> Option<Range<u64>> {
+        #[cfg(test)]
+        tests::PROBES.with(|p| p.set(p.get() + 1));
+        self.0.range(..=pos).next_back().map(|(&s, &e)| s..e)
+    }
+
+    /// Cuts `range` into consecutive pieces, each inside one held range or in a gap no held
+    /// range touches.
     pub(crate) fn cover(&self, range: Range<u64>) -> Vec<Piece> {
         let mut pieces = Vec::new();
         let mut pos = range.start;
         while pos < range.end {
-            let best = self
-                .0
-                .range(..=pos)
-                .map(|(&s, &e)| s..e)
-                .filter(|held| held.end > pos)
-                .max_by_key(|held| held.end);
-            match best {
+            match self.holding(pos).filter(|held| held.end > pos) {
                 Some(held) => {
                     let end = held.end.min(range.end);
                     pieces.push((pos..end, Some(held)));
                     pos = end;
                 }
                 None => {
+                    #[cfg(test)]
+                    tests::PROBES.with(|p| p.set(p.get() + 1));
                     let next = self.0.range(pos + 1..).next().map_or(u64::MAX, |(&s, _)| s);
                     let end = next.min(range.end);
                     pieces.push((pos..end, None));
@@ -74,8 +106,14 @@ impl Spans {
 }
 
 #[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // one-range pieces are the common case here
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Entries of the map a lookup visited.
+        pub(super) static PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
 
     fn spans(ranges: &[Range<u64>]) -> Spans {
         let mut s = Spans::default();
@@ -105,14 +143,41 @@ mod tests {
     }
 
     #[test]
-    fn the_longest_range_at_a_start_is_kept_and_removal_needs_the_exact_range() {
+    fn a_range_inside_a_held_one_is_not_recorded_and_one_holding_others_replaces_them() {
         let mut s = Spans::default();
         s.insert(0..10);
-        assert_eq!(s.insert(0..5), None);
-        assert_eq!(s.insert(0..20), Some(0..10));
+        assert_eq!(s.insert(0..5), Inserted::Covered);
+        assert_eq!(s.insert(2..8), Inserted::Covered);
+        assert_eq!(s.insert(0..20), Inserted::Replacing(vec![0..10]));
+        assert_eq!(s.insert(30..40), Inserted::Replacing(vec![]));
+        assert_eq!(s.insert(35..50), Inserted::Replacing(vec![]));
+        assert_eq!(s.insert(25..60), Inserted::Replacing(vec![30..40, 35..50]));
+        assert_eq!(s.ranges().collect::<Vec<_>>(), vec![0..20, 25..60]);
         s.remove(&(0..10));
         assert!(s.covers(0..20));
         s.remove(&(0..20));
+        s.remove(&(25..60));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_lookup_of_an_object_held_in_many_pieces_costs_a_probe_per_piece() {
+        // Overlapping neighbours, as downloads of adjacent pages leave them, and gaps.
+        let mut s = Spans::default();
+        let n = 5_000u64;
+        for i in 0..n {
+            s.insert(i * 20..i * 20 + 15);
+            s.insert(i * 20 + 10..i * 20 + 18);
+        }
+        PROBES.with(|p| p.set(0));
+        let pieces = s.cover(0..n * 20);
+        let probes = PROBES.with(|p| p.get());
+        assert_eq!(
+            pieces.len() as u64,
+            3 * n,
+            "two held pieces and a gap per step"
+        );
+        // One probe per piece: a walk of every earlier range per piece is quadratic.
+        assert!(probes <= 2 * pieces.len() as u64, "{probes} probes");
     }
 }

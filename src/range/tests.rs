@@ -2,11 +2,20 @@
 
 use std::sync::Mutex;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use object_store::ObjectMeta;
 
 use super::*;
 
-fn version(e_tag: &str) -> ObjectVersion {
+/// A version of the test object named by its content (an MD5-like e_tag made from `tag`), as
+/// S3 names versions: kept on disk and shared between identities.
+fn version(tag: &str) -> ObjectVersion {
+    let digest = twox_hash::XxHash64::oneshot(0, tag.as_bytes());
+    version_tagged(&format!("\"{digest:016x}{digest:016x}\""))
+}
+
+fn version_tagged(e_tag: &str) -> ObjectVersion {
     let meta = ObjectMeta {
         location: "lake/a.parquet".into(),
         last_modified: chrono::DateTime::UNIX_EPOCH,
@@ -15,7 +24,26 @@ fn version(e_tag: &str) -> ObjectVersion {
         version: None,
     };
     let store = crate::object::StoreKey::of(&url::Url::parse("s3://bucket").unwrap());
-    ObjectVersion::new(store, &meta)
+    ObjectVersion::new(store, &StoreIdentity::named("test"), &meta)
+}
+
+/// A fetch that serves `bytes` for every call, kept under `object`.
+fn fetch_of(
+    object: &ObjectVersion,
+    bytes: impl Fn(&[Range<u64>]) -> object_store::Result<Vec<Bytes>> + Send + Sync + 'static,
+) -> impl Fn(Vec<Range<u64>>) -> BoxFuture<'static, object_store::Result<Fetched>> + Send + Sync {
+    let object = object.clone();
+    let bytes = Arc::new(bytes);
+    move |wanted: Vec<Range<u64>>| {
+        let (object, bytes) = (object.clone(), Arc::clone(&bytes));
+        async move {
+            Ok(Fetched {
+                bytes: bytes(&wanted)?,
+                keep: Some(object),
+            })
+        }
+        .boxed()
+    }
 }
 
 /// The byte at `offset` of the test object: every range has distinct, checkable content.
@@ -30,7 +58,9 @@ fn content(range: &Range<u64>, salt: u8) -> Bytes {
 /// A store stand-in: serves the content and records every call's ranges.
 #[derive(Default)]
 struct Fetches {
-    calls: Mutex<Vec<Vec<Range<u64>>>>,
+    calls: Arc<Mutex<Vec<Vec<Range<u64>>>>>,
+    /// Fetches that ran to their end.
+    finished: Arc<AtomicU64>,
 }
 
 impl Fetches {
@@ -69,27 +99,29 @@ impl Fetches {
         salt: u8,
         slow: Option<(std::time::Duration, bool)>,
     ) -> object_store::Result<Vec<Bytes>> {
-        cache
-            .read_through(
-                object,
-                ranges,
-                None,
-                |wanted| async move {
-                    self.calls.lock().unwrap().push(wanted.clone());
-                    if let Some((delay, fail)) = slow {
-                        tokio::time::sleep(delay).await;
-                        if fail {
-                            return Err(object_store::Error::Generic {
-                                store: "test",
-                                source: "boom".into(),
-                            });
-                        }
+        let (calls, finished, keep) = (self.calls.clone(), self.finished.clone(), object.clone());
+        let fetch = move |wanted: Vec<Range<u64>>| {
+            let (calls, finished, keep) = (calls.clone(), finished.clone(), keep.clone());
+            async move {
+                calls.lock().unwrap().push(wanted.clone());
+                if let Some((delay, fail)) = slow {
+                    tokio::time::sleep(delay).await;
+                    if fail {
+                        return Err(object_store::Error::Generic {
+                            store: "test",
+                            source: "boom".into(),
+                        });
                     }
-                    Ok(wanted.iter().map(|r| content(r, salt)).collect())
-                },
-                || Some(object.clone()),
-            )
-            .await
+                }
+                finished.fetch_add(1, Relaxed);
+                Ok(Fetched {
+                    bytes: wanted.iter().map(|r| content(r, salt)).collect(),
+                    keep: Some(keep),
+                })
+            }
+            .boxed()
+        };
+        cache.read_through(object, ranges, None, &fetch).await
     }
 
     fn take(&self) -> Vec<Vec<Range<u64>>> {
@@ -151,31 +183,17 @@ async fn another_version_of_the_object_is_a_miss() {
 async fn a_failed_fetch_keeps_nothing() {
     let cache = RangeCache::try_new(config(64 << 20)).unwrap();
     let v = version("1");
-    let failed = cache
-        .read_through(
-            &v,
-            &[0..1000],
-            None,
-            |_| async {
-                Err(object_store::Error::Generic {
-                    store: "test",
-                    source: "boom".into(),
-                })
-            },
-            || Some(v.clone()),
-        )
-        .await;
+    let boom = fetch_of(&v, |_| {
+        Err(object_store::Error::Generic {
+            store: "test",
+            source: "boom".into(),
+        })
+    });
+    let failed = cache.read_through(&v, &[0..1000], None, &boom).await;
     assert!(failed.is_err());
     assert!(!cache.covers(&v, 0..1));
-    let short = cache
-        .read_through(
-            &v,
-            &[0..1000],
-            None,
-            |_| async { Ok(vec![Bytes::from_static(b"x")]) },
-            || Some(v.clone()),
-        )
-        .await;
+    let short = fetch_of(&v, |_| Ok(vec![Bytes::from_static(b"x")]));
+    let short = cache.read_through(&v, &[0..1000], None, &short).await;
     assert!(short.unwrap_err().to_string().contains("a.parquet"));
     assert!(!cache.covers(&v, 0..1));
 }
@@ -399,7 +417,33 @@ async fn a_download_that_fails_or_is_dropped_leaves_its_joiners_to_fetch() {
     assert_eq!(joined.unwrap()[0], content(&(0..1000), 0));
     assert_eq!(fetches.take(), vec![vec![0..1000], vec![0..1000]]);
 
-    // A download whose query ended (its future dropped) in the air.
+    // A download whose query ended (its future dropped) in the air, nobody joined: aborted.
+    let w = version("2");
+    let cancelled = tokio::time::timeout(
+        IN_THE_AIR / 5,
+        fetches.read_slow(&cache, &w, &[0..1000], IN_THE_AIR, false),
+    )
+    .await;
+    assert!(cancelled.is_err(), "timed out");
+    let before = fetches.finished.load(Relaxed);
+    tokio::time::sleep(IN_THE_AIR * 2).await;
+    assert_eq!(
+        fetches.finished.load(Relaxed),
+        before,
+        "aborted, never finished"
+    );
+    assert!(!cache.covers(&w, 0..1000));
+    assert_eq!(fetches.take(), vec![vec![0..1000]]);
+    assert!(
+        cache.inner.flights.is_empty(),
+        "no flight is left in the air"
+    );
+}
+
+#[tokio::test]
+async fn a_download_whose_reader_went_away_goes_on_for_those_who_joined_it() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
     let w = version("2");
     let cancelled = tokio::time::timeout(
         IN_THE_AIR / 5,
@@ -414,11 +458,34 @@ async fn a_download_that_fails_or_is_dropped_leaves_its_joiners_to_fetch() {
     let (cancelled, later) = tokio::join!(cancelled, later);
     assert!(cancelled.is_err(), "timed out");
     assert_eq!(later.unwrap()[0], content(&(0..1000), 0));
-    assert_eq!(fetches.take(), vec![vec![0..1000], vec![0..1000]]);
+    assert_eq!(fetches.take(), vec![vec![0..1000]], "one download, joined");
+    assert!(cache.covers(&w, 0..1000), "and kept");
+    assert!(cache.inner.flights.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_finishes_while_the_reader_that_started_the_download_is_not_polled() {
+    let cache = RangeCache::try_new(config(64 << 20)).unwrap();
+    let fetches = Fetches::default();
+    let v = version("1");
+    // The first read claims the download and is then never polled again, as a query whose
+    // consumer stopped pulling rows.
+    let mut first = Box::pin(fetches.read_slow(&cache, &v, &[0..1000], IN_THE_AIR, false));
+    assert!(futures::poll!(first.as_mut()).is_pending());
     assert!(
-        cache.inner.flights.is_empty(),
-        "no flight is left in the air"
+        !cache.inner.flights.is_empty(),
+        "its download is in the air"
     );
+    let joiner = fetches.read_slow(&cache, &v, &[0..1000], IN_THE_AIR, false);
+    let got = tokio::time::timeout(IN_THE_AIR * 40, joiner).await;
+    let got = got.expect("the joiner finished").unwrap();
+    assert_eq!(got[0], content(&(0..1000), 0));
+    assert_eq!(
+        fetches.take(),
+        vec![vec![0..1000]],
+        "it joined the download"
+    );
+    drop(first);
 }
 
 #[tokio::test]
@@ -434,4 +501,25 @@ async fn reads_of_another_version_never_join() {
     b.unwrap();
     assert_eq!(fetches.take().len(), 2);
     assert_eq!(cache.stats().shared, 0);
+}
+
+#[tokio::test]
+async fn a_flush_wakes_when_a_skipped_write_takes_the_last_pending_bytes_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+    // A write in progress holds every byte writes may wait with...
+    let in_progress = MAX_PENDING_DISK_BYTES;
+    cache.inner.disk_pending.fetch_add(in_progress, Relaxed);
+    let mut flush = Box::pin(cache.flush());
+    assert!(futures::poll!(flush.as_mut()).is_pending());
+    // ...so the next write is skipped, and the one in progress ends between the skipped
+    // write's two steps: the skipped write is the one that takes the count to zero.
+    let inner = Arc::clone(&cache.inner);
+    *cache.inner.between_skip_steps.lock().unwrap() =
+        Some(Box::new(move || inner.written(in_progress)));
+    cache.insert(&version("1"), 0, Bytes::from_static(b"skipped"));
+    assert_eq!(cache.stats().disk_skipped, 1);
+    tokio::time::timeout(std::time::Duration::from_secs(10), flush)
+        .await
+        .expect("the flush woke");
 }

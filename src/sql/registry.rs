@@ -43,15 +43,20 @@ impl LakeObjectStoreRegistry {
             return store;
         }
         // A root `LocalFileSystem` is rebuilt as one we can read through cached descriptors;
-        // any other store (a prefixed local one included) is wrapped as it is.
-        if url.scheme() == "file" && store.to_string() == LocalFileSystem::new().to_string() {
+        // any other store (a prefixed local one included) is wrapped as it is, with the
+        // identity of that instance.
+        if url.scheme() == "file" && crate::store::is_root_local(store.as_ref()) {
             return Arc::new(CachingObjectStore::new(
                 LocalFileSystem::new(),
                 url,
                 &self.caches,
             ));
         }
-        Arc::new(CachingObjectStore::new(store, url, &self.caches))
+        Arc::new(CachingObjectStore::over_registered(
+            store,
+            url,
+            &self.caches,
+        ))
     }
 
     fn lock(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<StoreKey, Arc<dyn ObjectStore>>> {

@@ -1,6 +1,7 @@
-//! Listings through the handle cache: a repeated listing of a prefix is served from it, and a
-//! listing streamed from the store is recorded as it goes, so every object it shows is known
-//! by its version when a reader asks for it.
+//! Listings through the handle cache: a repeated listing of a prefix is served from it (to
+//! the identity whose store listed it), and a listing streamed from the store is recorded as
+//! it goes, so every object it shows is known by its version when a reader asks for it. A
+//! listing proves no read access: a store may be allowed to list and not to read.
 //!
 //! Listings of a table log ([`listing_changes`]) always come from the store, since they show
 //! new commits; what they show is still recorded.
@@ -24,6 +25,7 @@ use crate::object::listing_changes;
 impl StoreReads {
     fn list_key(&self, prefix: Option<&Path>, kind: ListKind) -> ListKey {
         ListKey {
+            identity: self.identity().clone(),
             store: self.store_key().clone(),
             prefix: prefix.cloned(),
             kind,
@@ -45,7 +47,7 @@ impl StoreReads {
         let key = self.list_key(prefix, kind);
         let handles = &self.caches().handles;
         let changes = listing_changes(prefix);
-        if !changes && let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
+        if !changes && let Some(cached) = handles.listing(&key) {
             return stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed();
         }
         let what = format!("listing {}", prefix.map_or("", |p| p.as_ref()));
@@ -66,7 +68,7 @@ impl StoreReads {
         let key = self.list_key(prefix, ListKind::Delimited);
         let handles = &self.caches().handles;
         let changes = listing_changes(prefix);
-        if !changes && let Some(cached) = handles.listing(&key, self.listing_proven(&key)) {
+        if !changes && let Some(cached) = handles.listing(&key) {
             return Ok(cached.to_list_result());
         }
         let epoch = handles.epoch();
@@ -78,7 +80,6 @@ impl StoreReads {
         if changes {
             return Ok(result);
         }
-        self.proved_listing(&key);
         let listing = Listing {
             objects: result.objects.clone(),
             common_prefixes: result.common_prefixes.clone(),
@@ -127,7 +128,6 @@ impl StoreReads {
                 }
                 None => {
                     if let (Some(objects), Some(key)) = (s.seen.take(), s.key.take()) {
-                        s.reads.proved_listing(&key);
                         let listing = Listing {
                             objects,
                             common_prefixes: vec![],

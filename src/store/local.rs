@@ -66,7 +66,7 @@ impl StoreReads {
                 Ok((meta, bytes))
             }
             Err(e @ Error::NotFound { .. }) => {
-                self.caches().forget(&self.id(location));
+                self.forget_object(location);
                 Err(e)
             }
             Err(e) => Err(e),

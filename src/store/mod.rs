@@ -12,20 +12,26 @@
 //! - `hedge.rs`: a GET waiting past the recent 95th percentile is sent again (opt-in).
 //! - `link.rs`: each store's measured bandwidth and latency, where a scan's downloads start.
 //! - `listing.rs`: listings recorded as they stream.
-//! - `proofs.rs`: what each store instance has shown it can read, before its session gets a
-//!   cache hit for it (tenants never share what their stores would refuse).
 //! - `checked.rs`: DataFusion's own path-keyed caches (footers, statistics), checked against
 //!   the versions the handle cache knows.
 //!
 //! [`Caches`] bundles what the layer reads and fills; [`Directory`] finds the versioned read
-//! of a wrapper a session registered, from the `Arc<dyn ObjectStore>` DataFusion hands out.
+//! of a wrapper a session registered, from the `Arc<dyn ObjectStore>` DataFusion hands out,
+//! and the [`StoreIdentity`] of a store instance.
+//!
+//! Who gets a hit: every read is made by a store of one identity, at a version that identity
+//! recorded (from its own listing, HEAD or GET), and anything cached of that version (its
+//! metadata, footer, bloom filters, bytes) is served only once a store of that identity has
+//! answered a HEAD or a GET for it: its proof of access. A read the caches cannot answer whole
+//! goes to the store, whose answer is the proof; one they answer whole without a proof sends
+//! one HEAD first. Failures are the caller's alone: what one identity's store refused or
+//! reported missing changes nothing another identity sees.
 
 mod checked;
 mod hedge;
 mod link;
 mod listing;
 mod local;
-mod proofs;
 mod reads;
 mod wrapper;
 
@@ -33,6 +39,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
 
 pub use checked::{CheckedCache, MadeFor, PathKey};
 pub(crate) use hedge::Hedges;
@@ -40,9 +47,9 @@ pub(crate) use link::{Link, Links};
 pub(crate) use reads::StoreReads;
 pub use wrapper::CachingObjectStore;
 
-use crate::handle::HandleCache;
+use crate::handle::{HandleCache, Seen};
 use crate::index::IndexCache;
-use crate::object::{ObjectId, ObjectVersion};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
 use crate::range::RangeCache;
 
 /// The caches a [`CachingObjectStore`] reads and fills, shared by every store and session of
@@ -86,11 +93,20 @@ impl Caches {
         }
     }
 
-    /// Drops everything cached about one object, in every version.
+    /// Drops everything cached about one object, in every version, for every identity.
     pub(crate) fn forget(&self, id: &ObjectId) {
         self.handles.invalidate(id);
         self.index.invalidate(id);
         self.ranges.invalidate(id);
+    }
+
+    /// Drops what one identity has of one object: what it recorded and proved, and the
+    /// entries of the versions that are its alone. Entries of versions named by their content
+    /// stay for the identities that showed them, and age out.
+    pub(crate) fn forget_seen(&self, seen: &Seen) {
+        self.handles.invalidate_seen(seen);
+        self.index.invalidate_owned(&seen.id, &seen.identity);
+        self.ranges.invalidate_owned(&seen.id, &seen.identity);
     }
 
     /// Drops the index and range entries of one version of an object.
@@ -103,13 +119,36 @@ impl Caches {
 /// The versioned reads of every [`CachingObjectStore`] built over one [`Caches`], by the id
 /// each wrapper shows in its `Display` (`CachingObjectStore#7(...)`): the only thing a
 /// `dyn ObjectStore` tells about itself. Ids are never reused, and entries hold no store
-/// alive.
+/// alive. And the identity of each store instance wrapped or read: one `Arc<dyn
+/// ObjectStore>` registered in several sessions is one store, so one identity.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Directory {
     reads: Arc<Mutex<HashMap<u64, Weak<reads::ReadsInner>>>>,
+    instances: Arc<Mutex<Vec<Instance>>>,
 }
 
+/// A store instance the directory gave an identity, held without keeping it alive.
+type Instance = (Weak<dyn ObjectStore>, StoreIdentity);
+
 impl Directory {
+    /// The identity of the store instance `store`: the process's file system for a root
+    /// `LocalFileSystem`, else one of its own, the same every time this instance is asked for.
+    pub(crate) fn identity_of(&self, store: &Arc<dyn ObjectStore>) -> StoreIdentity {
+        if is_root_local(store.as_ref()) {
+            return StoreIdentity::local_files();
+        }
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        instances.retain(|(w, _)| w.strong_count() > 0);
+        let this = Arc::downgrade(store);
+        // A `Weak` keeps its allocation, so a live entry's address is never another store's.
+        if let Some((_, identity)) = instances.iter().find(|(w, _)| Weak::ptr_eq(w, &this)) {
+            return identity.clone();
+        }
+        let identity = StoreIdentity::instance();
+        instances.push((this, identity.clone()));
+        identity
+    }
+
     fn register(&self, id: u64, reads: &StoreReads) {
         let mut map = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, r| r.strong_count() > 0);
@@ -123,4 +162,10 @@ impl Directory {
         let map = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&id)?.upgrade().map(StoreReads::from_inner)
     }
+}
+
+/// Whether `store` reads the process's file system from its root, as every
+/// `LocalFileSystem::new()` does (told by its `Display`, all a `dyn ObjectStore` shows).
+pub(crate) fn is_root_local(store: &dyn ObjectStore) -> bool {
+    store.to_string() == LocalFileSystem::new().to_string()
 }

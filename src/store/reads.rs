@@ -5,30 +5,40 @@
 //! response shows that version (some servers ignore `If-Match`). Ranges already kept come from
 //! the range cache; only the gaps are fetched, coalesced as object_store coalesces, and kept.
 //! A read never returns another version's bytes: when the object changed, it fails with an
-//! `object_store::Error::Precondition` naming the path and both versions, and drops the old
-//! version's metadata, listings, footers and bytes, so the next query plans with the new one.
+//! `object_store::Error::Precondition` naming the path and both versions, and drops what this
+//! store's identity recorded of the old version, so its next query plans with the new one.
+//! Bytes are kept under a version only when every response that carried them showed it.
+//!
+//! Access is proven per version and store identity: a GET or HEAD this store answered for a
+//! version is its proof, and nothing cached of a version (bytes, footer, bloom filter,
+//! metadata) is served to it before. A listing proves nothing: a store may be allowed to list
+//! and not to read.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
     Error, GetOptions, OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta, ObjectStore, Result,
     coalesce_ranges,
 };
+use tokio::sync::watch;
 
 use super::hedge::Hedger;
-use super::proofs::Proofs;
 use super::{Caches, Link};
+use crate::handle::Seen;
 use crate::metrics::{ScanMetrics, Source};
 use crate::object::{
-    ObjectId, ObjectVersion, StoreKey, Validator, VersionChanged, version_changed,
+    ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator, VersionChanged, version_changed,
 };
+use crate::range::Fetched;
 
 /// The versioned reads of one store instance. Cheap to clone.
 #[derive(Clone)]
@@ -44,70 +54,83 @@ enum Naming {
     Log,
 }
 
+/// A proof under way: whether the HEAD other reads of the same version wait for held.
+type Proving = watch::Receiver<Option<bool>>;
+
 pub(crate) struct ReadsInner {
     /// The store requests go to.
     pub(super) inner: Arc<dyn ObjectStore>,
     pub(super) store: StoreKey,
+    /// Whose answers the store gives: what it records and proves is this identity's.
+    pub(super) identity: StoreIdentity,
     pub(super) caches: Caches,
-    /// Whether this instance records what it sees in the handle cache and keeps bytes in
-    /// the range cache: a [`CachingObjectStore`](super::CachingObjectStore)'s reads do, reads
-    /// over a store this crate did not wrap only guard and check.
-    pub(super) caching: bool,
+    /// Whether this instance keeps bytes in the range cache: a
+    /// [`CachingObjectStore`](super::CachingObjectStore)'s reads do; reads over a store this
+    /// crate did not wrap only guard, check, prove and record what versions they saw (so that
+    /// a version a listing named by size and time alone is guarded by its e_tag once known).
+    pub(super) keeps_bytes: bool,
     /// Where objects can be read as local files, through cached descriptors.
     pub(super) local: Option<Arc<LocalFileSystem>>,
-    /// What this store has shown it can read (`None`: reads that cache nothing of their own).
-    proofs: Option<Proofs>,
     /// Cleared the first time the store refuses `If-Match`.
     if_match: AtomicBool,
     /// This store's recent response times, for hedging its slow GETs.
     hedger: Hedger,
+    /// HEADs proving access, by version: reads of one version wait for one HEAD.
+    proving: Mutex<HashMap<ObjectVersion, Proving>>,
 }
 
 impl std::fmt::Debug for StoreReads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StoreReads({}, {})", self.0.store, self.0.inner)
+        write!(
+            f,
+            "StoreReads({}, {}, {})",
+            self.0.store, self.0.identity, self.0.inner
+        )
     }
 }
 
 impl StoreReads {
-    /// Reads of `inner`, which serves the namespace `store`, through `caches`.
+    /// Reads of `inner`, which serves the namespace `store` with the answers of `identity`,
+    /// through `caches`.
     pub(super) fn new(
         inner: Arc<dyn ObjectStore>,
         store: StoreKey,
+        identity: StoreIdentity,
         caches: Caches,
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
-        let proofs = Some(Proofs::new(caches.handles.config()));
+        Self::build(inner, store, identity, caches, true, local)
+    }
+
+    /// Versioned reads over a store this crate did not wrap (found neither in the session's
+    /// registry nor the directory): guarded and checked, footers in the index cache (served
+    /// once the store has shown it can read them), nothing recorded in the handle or range
+    /// cache for it.
+    pub(crate) fn foreign(inner: Arc<dyn ObjectStore>, store: StoreKey, caches: &Caches) -> Self {
+        let identity = caches.directory.identity_of(&inner);
+        Self::build(inner, store, identity, caches.clone(), false, None)
+    }
+
+    fn build(
+        inner: Arc<dyn ObjectStore>,
+        store: StoreKey,
+        identity: StoreIdentity,
+        caches: Caches,
+        keeps_bytes: bool,
+        local: Option<Arc<LocalFileSystem>>,
+    ) -> Self {
         let hedger = Hedger::new(Arc::clone(&caches.hedges));
         Self(
             Arc::new(ReadsInner {
                 inner,
                 store,
+                identity,
                 caches,
-                caching: true,
+                keeps_bytes,
                 local,
-                proofs,
                 if_match: AtomicBool::new(true),
                 hedger,
-            }),
-            Naming::Store,
-        )
-    }
-
-    /// Versioned reads over a store this crate did not wrap (found neither in the session's
-    /// registry nor the directory): guarded and checked, footers in the index cache, nothing
-    /// recorded in the handle or range cache for it.
-    pub(crate) fn foreign(inner: Arc<dyn ObjectStore>, store: StoreKey, caches: &Caches) -> Self {
-        Self(
-            Arc::new(ReadsInner {
-                inner,
-                store,
-                caches: caches.clone(),
-                caching: false,
-                local: None,
-                proofs: None,
-                if_match: AtomicBool::new(true),
-                hedger: Hedger::new(Arc::clone(&caches.hedges)),
+                proving: Mutex::default(),
             }),
             Naming::Store,
         )
@@ -134,6 +157,11 @@ impl StoreReads {
     /// The namespace of the store read.
     pub(crate) fn store_key(&self) -> &StoreKey {
         &self.0.store
+    }
+
+    /// Whose answers the store gives.
+    pub(crate) fn identity(&self) -> &StoreIdentity {
+        &self.0.identity
     }
 
     /// The link this store's scans last measured, with the store's current typical wait.
@@ -174,60 +202,114 @@ impl StoreReads {
         }
     }
 
-    /// The version a plan's `meta` names, completed with what the handle cache knows of that
+    /// The object at `path` as this identity sees it: the key of what it recorded.
+    pub(super) fn seen(&self, path: &Path) -> Seen {
+        Seen {
+            identity: self.0.identity.clone(),
+            id: self.id(path),
+        }
+    }
+
+    /// The version `meta` shows, as this store's identity knows it.
+    pub(super) fn version(&self, meta: &ObjectMeta) -> ObjectVersion {
+        ObjectVersion::new(self.0.store.clone(), &self.0.identity, meta)
+    }
+
+    /// The version a plan's `meta` names, completed with what this identity recorded of that
     /// same version (a strong e_tag its listing left out); the lookup is counted in `scan`.
     pub(crate) fn version_of(
         &self,
         meta: &ObjectMeta,
         scan: Option<&ScanMetrics>,
     ) -> ObjectVersion {
+        let (store, identity) = (self.0.store.clone(), &self.0.identity);
         if self.1 == Naming::Log {
-            let (store, path) = (self.0.store.clone(), meta.location.clone());
-            return ObjectVersion::with_validator(store, path, meta.size, Validator::Immutable);
+            let path = meta.location.clone();
+            return ObjectVersion::with_validator(
+                store,
+                identity,
+                path,
+                meta.size,
+                Validator::Immutable,
+            );
         }
-        if !self.0.caching {
-            return ObjectVersion::new(self.0.store.clone(), meta);
-        }
-        let (version, hit) = self.0.caches.handles.version_of(&self.0.store, meta);
+        let (version, hit) = self.0.caches.handles.version_of(identity, &store, meta);
         if let Some(scan) = scan {
             scan.handle_lookup(hit);
         }
         version
     }
 
-    /// Whether this store has shown it can read `path` (always, for reads that cache nothing
-    /// of their own: a plan's metadata came from the store's own listing).
-    pub(super) fn proven(&self, path: &Path) -> bool {
-        self.0.proofs.as_ref().is_none_or(|p| p.object(path))
+    /// Whether this store has shown it can read `version` (a local file always can: every
+    /// read of it checks the file itself).
+    pub(super) fn proven(&self, version: &ObjectVersion) -> bool {
+        self.local_file(version.path()).is_some()
+            || self.0.caches.handles.proven(&self.0.identity, version)
     }
 
-    /// Notes that this store answered for `path`.
-    pub(super) fn proved(&self, path: &Path) {
-        if let Some(p) = &self.0.proofs {
-            p.prove_object(path);
-        }
+    /// Notes that this store answered a HEAD or a GET for `version`.
+    fn proved(&self, version: &ObjectVersion) {
+        self.0.caches.handles.prove(&self.0.identity, version);
     }
 
-    /// Whether this store listed `key` itself.
-    pub(super) fn listing_proven(&self, key: &crate::handle::ListKey) -> bool {
-        self.0.proofs.as_ref().is_none_or(|p| p.listing(key))
-    }
-
-    /// Notes that this store answered the listing `key`.
-    pub(super) fn proved_listing(&self, key: &crate::handle::ListKey) {
-        if let Some(p) = &self.0.proofs {
-            p.prove_listing(key);
-        }
-    }
-
-    /// Makes sure this store can read `version` before anything cached of it is served: a
-    /// HEAD, unless the store has shown the object already (a listing, a read). The HEAD
-    /// also checks the version: a changed object is a [`VersionChanged`] error.
+    /// Makes sure this store can read `version` before anything cached of it is served: one
+    /// HEAD, unless the store has shown it already. Reads of one version wait for one HEAD,
+    /// which runs as a task of its own so that no waiter depends on another being polled. The
+    /// HEAD also checks the version: a changed object is a [`VersionChanged`] error.
     pub(crate) async fn prove(&self, version: &ObjectVersion) -> Result<()> {
-        let path = version.path();
-        if self.proven(path) || self.local_file(path).is_some() {
+        if self.proven(version) {
             return Ok(());
         }
+        let sender = match self.join_proof(version) {
+            Err(mut outcome) => {
+                return match outcome.wait_for(Option::is_some).await.map(|o| *o) {
+                    Ok(Some(true)) => Ok(()),
+                    // Its error was the first caller's to report (or it never finished): this
+                    // one asks once more itself.
+                    _ => self.head_proof(version).await,
+                };
+            }
+            Ok(sender) => sender,
+        };
+        let (this, v) = (self.clone(), version.clone());
+        let head = async move {
+            let result = this.head_proof(&v).await;
+            sender.send_replace(Some(result.is_ok()));
+            let mut map = this.0.proving.lock().unwrap_or_else(|e| e.into_inner());
+            map.remove(&v);
+            result
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime
+                .spawn(head)
+                .await
+                .map_err(|source| Error::JoinError { source })?,
+            Err(_) => head.await,
+        }
+    }
+
+    /// The sender of a new proof of `version` this caller makes, or the outcome of the one
+    /// under way.
+    fn join_proof(
+        &self,
+        version: &ObjectVersion,
+    ) -> std::result::Result<watch::Sender<Option<bool>>, Proving> {
+        let mut map = self.0.proving.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(outcome) = map.get(version) {
+            return Err(outcome.clone());
+        }
+        let (sender, outcome) = watch::channel(None);
+        map.insert(version.clone(), outcome);
+        Ok(sender)
+    }
+
+    /// One HEAD proving `version`, counted.
+    async fn head_proof(&self, version: &ObjectVersion) -> Result<()> {
+        if self.proven(version) {
+            return Ok(());
+        }
+        self.0.caches.handles.count_proof_head();
+        let path = version.path();
         let head = GetOptions::new().with_head(true);
         let meta = match self.0.inner.get_opts(path, head).await {
             Ok(response) => response.meta,
@@ -237,18 +319,28 @@ impl StoreReads {
         if !version.matches(&meta) {
             return Err(self.failed(version, version_changed(version, Some(&meta))));
         }
+        self.proved(version);
         Ok(())
     }
 
-    /// The version of `path` the handle cache holds, if any.
+    /// The version of `path` this identity recorded, if any.
     pub(super) fn current(&self, path: &Path) -> Option<ObjectVersion> {
-        let meta = self.0.caches.handles.peek(&self.id(path))?;
-        Some(ObjectVersion::new(self.0.store.clone(), &meta))
+        let meta = self.0.caches.handles.peek(&self.seen(path))?;
+        Some(self.version(&meta))
+    }
+
+    /// The metadata of `path` a HEAD may be answered with: what this identity recorded, once
+    /// its store has shown that version.
+    pub(super) fn cached_head(&self, path: &Path) -> Option<ObjectMeta> {
+        let handles = &self.0.caches.handles;
+        handles.meta(&self.seen(path), |m| {
+            handles.proven(&self.0.identity, &self.version(m))
+        })
     }
 
     /// Whether the range cache holds every byte of `range` of `version`.
     pub(crate) fn holds(&self, version: &ObjectVersion, range: Range<u64>) -> bool {
-        self.0.caching && self.0.caches.ranges.covers(version, range)
+        self.0.keeps_bytes && self.0.caches.ranges.covers(version, range)
     }
 
     /// Reads `ranges` of exactly `version`; see the module docs. Bytes a reader reads are
@@ -274,18 +366,17 @@ impl StoreReads {
                 return Ok(bytes);
             }
             let cache = &self.0.caches.ranges;
-            if self.0.caching && cache.config().enabled {
-                let fetched = AtomicBool::new(false);
-                let fetch = |gaps: Vec<Range<u64>>| {
-                    fetched.store(true, Relaxed);
-                    async move { self.fetch(version, &gaps).await }
+            if self.0.keeps_bytes && cache.config().enabled {
+                let fetched = Arc::new(AtomicBool::new(false));
+                let fetch = {
+                    let (this, v, fetched) = (self.clone(), version.clone(), fetched.clone());
+                    move |gaps: Vec<Range<u64>>| {
+                        fetched.store(true, Relaxed);
+                        let (this, v) = (this.clone(), v.clone());
+                        async move { this.fetch(&v, &gaps).await }.boxed()
+                    }
                 };
-                // A version known by its time alone is completed by the responses (`fetch`
-                // records what they show), and its bytes kept under the completed version.
-                let keep_as = || Some(self.completed(version)).filter(|v| v.pins_bytes());
-                let bytes = cache
-                    .read_through(version, ranges, scan, fetch, keep_as)
-                    .await?;
+                let bytes = cache.read_through(version, ranges, scan, &fetch).await?;
                 // A read that went to the store was answered by it, which proves access; one
                 // served whole from the caches needs a proof before its bytes are returned.
                 if !fetched.load(Relaxed) {
@@ -294,7 +385,7 @@ impl StoreReads {
                 return Ok(bytes);
             }
             // Nothing kept is served here: the store's answer is the proof.
-            let bytes = self.fetch(version, ranges).await?;
+            let bytes = self.fetch(version, ranges).await?.bytes;
             count(scan, &bytes);
             Ok(bytes)
         };
@@ -317,12 +408,12 @@ impl StoreReads {
         })
     }
 
-    /// `version` completed with what the handle cache knows now (see [`Self::complete`]),
+    /// `version` completed with what this identity recorded now (see [`Self::complete`]),
     /// without a request.
     pub(crate) fn completed(&self, version: &ObjectVersion) -> ObjectVersion {
-        match self.0.caching && !version.pins_bytes() {
-            true => self.0.caches.handles.complete(version),
-            false => None,
+        match version.pins_bytes() {
+            false => self.0.caches.handles.complete(&self.0.identity, version),
+            true => None,
         }
         .unwrap_or_else(|| version.clone())
     }
@@ -336,28 +427,59 @@ impl StoreReads {
     /// `version` with the strong validator a response showed for it, if it has none: a
     /// listing without e_tags names a version by size and modification time, and a HEAD or
     /// GET of that same version (same size, times within a second) shows its e_tag. Reads of
-    /// the completed version are guarded, and their bytes kept. When the handle cache knows
-    /// no e_tag but the disk tier holds bytes of the object, one HEAD learns it rather than
-    /// fetching those bytes again.
+    /// the completed version are guarded, and their bytes kept. When this identity recorded
+    /// no e_tag but the range cache holds bytes of the object (another identity's, or a
+    /// previous process's on disk), one HEAD learns it rather than fetching those bytes again.
     async fn complete(&self, version: &ObjectVersion) -> Result<ObjectVersion> {
-        if version.pins_bytes() || !self.0.caching {
+        if version.pins_bytes() {
             return Ok(version.clone());
         }
         let caches = &self.0.caches;
-        if let Some(known) = caches.handles.complete(version) {
+        if let Some(known) = caches.handles.complete(&self.0.identity, version) {
             return Ok(known);
         }
-        if caches.ranges.may_hold(version.id()) {
+        if self.0.keeps_bytes && caches.ranges.may_hold(version.id()) {
+            caches.handles.count_proof_head();
             let head = GetOptions::new().with_head(true);
             let meta = self.0.inner.get_opts(version.path(), head).await?.meta;
             if version.matches(&meta) {
                 self.observe(&meta);
-                if let Some(known) = caches.handles.complete(version) {
+                if let Some(known) = caches.handles.complete(&self.0.identity, version) {
                     return Ok(known);
                 }
             }
         }
         Ok(version.clone())
+    }
+
+    /// The version a reader of `version` reads at from now on: `version` itself if its
+    /// validator tells its bytes apart; else (a listing named it by size and time alone) the
+    /// e_tag this identity recorded for it, or learned with one HEAD (which proves access
+    /// too). Every later read of the reader is then guarded by that e_tag, so a footer and
+    /// the data it points to come from one version, and the footer is kept.
+    pub(crate) async fn pinned(&self, version: &ObjectVersion) -> Result<ObjectVersion> {
+        if version.pins_bytes() || self.local_file(version.path()).is_some() {
+            return Ok(version.clone());
+        }
+        let handles = &self.0.caches.handles;
+        if let Some(known) = handles.complete(&self.0.identity, version) {
+            return Ok(known);
+        }
+        handles.count_proof_head();
+        let path = version.path();
+        let head = GetOptions::new().with_head(true);
+        let meta = match self.0.inner.get_opts(path, head).await {
+            Ok(response) => response.meta,
+            Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
+        };
+        self.observe(&meta);
+        if !version.matches(&meta) {
+            return Err(self.failed(version, version_changed(version, Some(&meta))));
+        }
+        self.proved(version);
+        Ok(handles
+            .complete(&self.0.identity, version)
+            .unwrap_or_else(|| version.clone()))
     }
 
     /// The file behind `path` if these reads go through cached local descriptors.
@@ -368,8 +490,9 @@ impl StoreReads {
         Some(self.0.local.as_ref()?.path_to_filesystem(path))
     }
 
-    /// Fetches `ranges` of `version` from the store, one guarded request per coalesced range.
-    async fn fetch(&self, version: &ObjectVersion, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+    /// Fetches `ranges` of `version` from the store, one guarded request per coalesced range,
+    /// and says which version the bytes may be kept under.
+    async fn fetch(&self, version: &ObjectVersion, ranges: &[Range<u64>]) -> Result<Fetched> {
         let guard = match self.0.if_match.load(Relaxed) {
             true => version.validator().if_match(),
             false => None,
@@ -395,13 +518,16 @@ impl StoreReads {
         version: &ObjectVersion,
         ranges: &[Range<u64>],
         guard: Option<String>,
-    ) -> Result<Vec<Bytes>> {
+    ) -> Result<Fetched> {
         let path = version.path();
-        coalesce_ranges(
+        // What each response showed of the version it carried (see `shown`).
+        let shown: Mutex<Vec<Option<ObjectVersion>>> = Mutex::default();
+        let bytes = coalesce_ranges(
             ranges,
             |range| {
                 let mut options = GetOptions::new().with_range(Some(range.clone()));
                 options.if_match = guard.clone();
+                let (guarded, shown) = (guard.is_some(), &shown);
                 async move {
                     let what = || format!("reading {path}");
                     // Only the wait for the response is hedged, never its body: the copy
@@ -415,12 +541,12 @@ impl StoreReads {
                     if !version.matches(&response.meta) {
                         return Err(version_changed(version, Some(&response.meta)));
                     }
-                    if version.pins_bytes() {
-                        self.proved(path);
-                    } else {
+                    if !version.pins_bytes() {
                         // Learn the e_tag the plan's metadata lacked (see `complete`).
                         self.observe(&response.meta);
                     }
+                    let seen = self.shown(version, &response.meta, guarded);
+                    shown.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
                     let bytes = response.bytes().await.map_err(|e| naming(e, what()))?;
                     if bytes.len() as u64 != range.end - range.start {
                         return Err(Error::Generic {
@@ -437,12 +563,48 @@ impl StoreReads {
             },
             OBJECT_STORE_COALESCE_DEFAULT,
         )
-        .await
+        .await?;
+        // Every response answered for `version`: the store can read it.
+        self.proved(version);
+        let shown = shown.into_inner().unwrap_or_else(|e| e.into_inner());
+        let keep = match shown.first() {
+            Some(Some(first)) if shown.iter().all(|s| s.as_ref() == Some(first)) => {
+                Some(first.clone())
+            }
+            _ if !version.pins_bytes() && distinct(&shown) > 1 => {
+                // The object was rewritten between the responses of one read (versions known
+                // by size and time cannot tell): its bytes are of two versions.
+                return Err(version_changed(version, None));
+            }
+            _ => None,
+        };
+        Ok(Fetched { bytes, keep })
     }
 
-    /// What a failed read of `version` leaves behind: a changed object drops the old
-    /// version's entries (and becomes a [`VersionChanged`] error if it is not one yet), a
-    /// missing one everything known of it.
+    /// The version a response for `version` showed itself to carry, if it showed one its
+    /// bytes may be kept under: `version` when its validator was guarded by `If-Match` or
+    /// shown in the response (or the file is named by a log), the version a strong e_tag
+    /// names for a version known by its time alone, else nothing.
+    fn shown(
+        &self,
+        version: &ObjectVersion,
+        meta: &ObjectMeta,
+        guarded: bool,
+    ) -> Option<ObjectVersion> {
+        match version.validator() {
+            Validator::ETag(_) => (guarded || meta.e_tag.is_some()).then(|| version.clone()),
+            Validator::Version(_) => meta.version.is_some().then(|| version.clone()),
+            Validator::Immutable => Some(version.clone()),
+            Validator::Unvalidated { .. } => {
+                let seen = version.reseen(&self.0.identity, meta);
+                seen.pins_bytes().then_some(seen)
+            }
+        }
+    }
+
+    /// What a failed read of `version` leaves behind, for this identity alone: a changed
+    /// object drops its proof and recorded version (and becomes a [`VersionChanged`] error if
+    /// it is not one yet), a missing one everything this identity recorded of it.
     fn failed(&self, version: &ObjectVersion, error: Error) -> Error {
         match error {
             Error::Precondition { path, source } => {
@@ -454,52 +616,67 @@ impl StoreReads {
                 }
             }
             e @ Error::NotFound { .. } => {
-                if self.0.caching {
-                    self.0.caches.forget(version.id());
-                }
+                self.forget_object(version.path());
                 e
             }
             e => e,
         }
     }
 
-    /// `version` is no longer the object's: forget it everywhere.
+    /// Forgets what this identity recorded and proved of the object at `path`, and the
+    /// entries of its versions that are this identity's alone.
+    pub(super) fn forget_object(&self, path: &Path) {
+        self.0.caches.forget_seen(&self.seen(path));
+    }
+
+    /// `version` is no longer the object's, for this identity: its proof, its recorded
+    /// metadata and, if the version is this identity's alone, its entries go.
     fn changed(&self, version: &ObjectVersion) {
         let caches = &self.0.caches;
-        caches.forget_version(version);
-        if !self.0.caching {
-            return;
-        }
         caches.handles.count_version_change();
-        let cached = caches.handles.peek(version.id());
-        if cached.is_some_and(|m| version.matches(&m)) {
-            caches.handles.invalidate(version.id());
+        caches.handles.unprove(&self.0.identity, version);
+        if version.owner() == Some(&self.0.identity) {
+            caches.forget_version(version);
         }
     }
 
-    /// Records what a response showed; a replaced version's entries are dropped.
+    /// Records what a HEAD or GET response showed: its version is proven, and recorded for
+    /// this identity; a replaced version's entries that were this identity's alone go.
     pub(super) fn observe(&self, meta: &ObjectMeta) {
-        if !self.0.caching {
-            return;
-        }
-        self.proved(&meta.location);
-        if let Some(old) = self.0.caches.handles.record(&self.0.store, meta) {
-            self.0
-                .caches
-                .forget_version(&ObjectVersion::new(self.0.store.clone(), &old));
+        self.proved(&self.version(meta));
+        let handles = &self.0.caches.handles;
+        if let Some(old) = handles.record(&self.0.identity, &self.0.store, meta) {
+            self.forget_replaced(&old);
         }
     }
 
-    /// [`StoreReads::observe`] for an object a listing that began at `epoch` showed.
+    /// Records what a listing that began at `epoch` showed: the version is recorded for this
+    /// identity, nothing proven (a listing shows a name, not that its bytes can be read).
     pub(super) fn observe_listed(&self, meta: &ObjectMeta, epoch: u64) {
-        self.proved(&meta.location);
         let handles = &self.0.caches.handles;
-        if let Some(old) = handles.record_listed(&self.0.store, meta, epoch) {
-            self.0
-                .caches
-                .forget_version(&ObjectVersion::new(self.0.store.clone(), &old));
+        if let Some(old) = handles.record_listed(&self.0.identity, &self.0.store, meta, epoch) {
+            self.forget_replaced(&old);
         }
     }
+
+    /// Drops the entries of a version this identity saw replaced, if they were its alone.
+    fn forget_replaced(&self, old: &ObjectMeta) {
+        let old = self.version(old);
+        if old.owner().is_some() {
+            self.0.caches.forget_version(&old);
+        }
+    }
+}
+
+/// How many different versions `shown` holds.
+fn distinct(shown: &[Option<ObjectVersion>]) -> usize {
+    let mut seen: Vec<&ObjectVersion> = Vec::new();
+    for v in shown.iter().flatten() {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen.len()
 }
 
 /// Refuses ranges that are reversed or reach past the end of `version`, naming the file.

@@ -21,7 +21,7 @@ use url::Url;
 
 use super::{Caches, StoreReads};
 use crate::handle::HandleCache;
-use crate::object::{Lifecycle, ObjectVersion, StoreKey};
+use crate::object::{Lifecycle, ObjectVersion, StoreIdentity, StoreKey};
 use crate::stats::HandleStats;
 
 /// Ids of wrappers, shown in their `Display` so a `dyn ObjectStore` can be recognised.
@@ -29,6 +29,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 const NAME: &str = "CachingObjectStore#";
 
 /// An [`ObjectStore`] that remembers what it learned about objects in shared caches:
+///
+/// - what it records (metadata, listings) and the versions it has shown it can read are its
+///   [`StoreIdentity`]'s: by default its own, so a store that may list but not read, or a
+///   second store at the same URL, never gets this one's cache hits
+///   ([`CachingObjectStore::with_identity`] declares stores that answer alike one identity);
 ///
 /// - HEAD requests of a known object and repeated listings of a prefix make no request
 ///   (listings have their own, shorter TTL so new files show up);
@@ -110,27 +115,42 @@ pub(super) fn wrapper_id(store: &dyn ObjectStore) -> Option<u64> {
 impl<S: ObjectStore> CachingObjectStore<S> {
     /// Wraps `inner`, which serves the objects under `store_url` (for example `s3://bucket`;
     /// only scheme, host and port are used), with the caches of `caches` (a `LakeCache`).
-    /// A [`LocalFileSystem`] is read through cached descriptors.
+    /// A [`LocalFileSystem`] is read through cached descriptors. The wrapper is an identity
+    /// of its own (a root `LocalFileSystem`: the process's file system, which every such
+    /// store reads alike).
     pub fn new(inner: S, store_url: &Url, caches: &impl AsRef<Caches>) -> Self {
-        Self::new_arc(Arc::new(inner), store_url, caches)
+        let identity = match super::is_root_local(&inner) {
+            true => StoreIdentity::local_files(),
+            false => StoreIdentity::instance(),
+        };
+        Self::wrapping(Arc::new(inner), store_url, caches.as_ref(), identity)
     }
 
-    /// Like [`CachingObjectStore::new`], for a store already behind an `Arc`.
+    /// Like [`CachingObjectStore::new`], for a store already behind an `Arc`: the identity is
+    /// that instance's, so wrapping one `Arc` twice gives one identity.
     pub fn new_arc(inner: Arc<S>, store_url: &Url, caches: &impl AsRef<Caches>) -> Self {
+        let caches = caches.as_ref();
+        let dyn_inner: Arc<dyn ObjectStore> = Arc::clone(&inner) as _;
+        let identity = caches.directory.identity_of(&dyn_inner);
+        Self::wrapping(inner, store_url, caches, identity)
+    }
+
+    fn wrapping(inner: Arc<S>, store_url: &Url, caches: &Caches, identity: StoreIdentity) -> Self {
         let any: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(&inner) as _;
         let local = any.downcast::<LocalFileSystem>().ok();
-        Self::build(inner, StoreKey::of(store_url), caches.as_ref(), local)
+        Self::build(inner, StoreKey::of(store_url), identity, caches, local)
     }
 
     fn build(
         inner: Arc<S>,
         store: StoreKey,
+        identity: StoreIdentity,
         caches: &Caches,
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
         let id = NEXT_ID.fetch_add(1, Relaxed);
         let dyn_inner: Arc<dyn ObjectStore> = Arc::clone(&inner) as _;
-        let reads = StoreReads::new(dyn_inner, store, caches.clone(), local);
+        let reads = StoreReads::new(dyn_inner, store, identity, caches.clone(), local);
         caches.directory.register(id, &reads);
         Self { inner, id, reads }
     }
@@ -140,8 +160,24 @@ impl<S: ObjectStore> CachingObjectStore<S> {
     /// [`LocalFileSystem`]; use this when it is a wrapper around one.
     pub fn with_local_files(self, files: Arc<LocalFileSystem>) -> Self {
         let r = self.reads.inner();
-        let (store, caches) = (r.store.clone(), r.caches.clone());
-        Self::build(self.inner, store, &caches, Some(files))
+        let (store, identity, caches) = (r.store.clone(), r.identity.clone(), r.caches.clone());
+        Self::build(self.inner, store, identity, &caches, Some(files))
+    }
+
+    /// Declares this store one of the stores of `identity`: stores that answer alike (one
+    /// service, one set of credentials), such as a store made per session over one bucket.
+    /// They share what each has listed and shown it can read; their reads are made at the
+    /// versions any of them recorded. Never declare stores of other credentials or other
+    /// services one identity: one would get the other's cache hits without asking its store.
+    pub fn with_identity(self, identity: StoreIdentity) -> Self {
+        let r = self.reads.inner();
+        let (store, caches, local) = (r.store.clone(), r.caches.clone(), r.local.clone());
+        Self::build(self.inner, store, identity, &caches, local)
+    }
+
+    /// Whose answers this store gives: what it records and proves is kept for this identity.
+    pub fn identity(&self) -> &StoreIdentity {
+        self.reads.identity()
     }
 
     /// The wrapped store.
@@ -159,9 +195,11 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         &self.reads.caches().handles
     }
 
-    /// Drops everything cached about `location`, descriptor included.
+    /// Drops what this store's identity has of `location` (descriptor included): after a
+    /// write through it, its next read sees what it wrote. Other identities' entries stay:
+    /// their stores may be other services, and within their TTLs they serve what they saw.
     fn forget(&self, location: &Path) {
-        self.reads.caches().forget(&self.reads.id(location));
+        self.reads.forget_object(location);
         if let Some(Ok(path)) = self.reads.local_file(location) {
             self.handles().files().invalidate(&path);
         }
@@ -192,31 +230,28 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         self.observe(location, head, |r| &r.meta).map(|r| r.meta)
     }
 
-    /// The version of `location` reads of the plain `ObjectStore` API are made at: the one the
-    /// handle cache holds (what a listing or HEAD showed, as a planner saw it), learned with a
-    /// HEAD (or, for a local file, its descriptor) if it holds none. `None` when the handle
-    /// cache is off, or for an object rewritten in place: reads then go to the store as they
-    /// are.
+    /// The version of `location` reads of the plain `ObjectStore` API are made at: the one
+    /// this store's identity recorded (what its listing or HEAD showed, as a planner saw it),
+    /// learned with a HEAD (or, for a local file, its descriptor) if it recorded none. `None`
+    /// when the handle cache is off, or for an object rewritten in place: reads then go to the
+    /// store as they are.
     async fn version_for_read(&self, location: &Path) -> Result<Option<ObjectVersion>> {
         if !self.handles().config().enabled || Lifecycle::of(location) == Lifecycle::ChangesInPlace
         {
             return Ok(None);
         }
-        if self.reads.proven(location)
-            && let Some(v) = self.reads.current(location)
-        {
+        if let Some(v) = self.reads.current(location) {
             return Ok(Some(v));
         }
-        let store = self.reads.store_key().clone();
         if let Some(file) = self.reads.local_file(location) {
             let (meta, _) = self
                 .reads
                 .read_local(location, file?, None, |_| Ok(Vec::new()))
                 .await?;
-            return Ok(Some(ObjectVersion::new(store, &meta)));
+            return Ok(Some(self.reads.version(&meta)));
         }
         let meta = self.head_inner(location).await?;
-        Ok(Some(ObjectVersion::new(store, &meta)))
+        Ok(Some(self.reads.version(&meta)))
     }
 }
 
@@ -255,10 +290,8 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
     ) -> Result<PutResult> {
         self.forget(location);
         let result = self.inner.put_opts(location, payload, opts).await;
+        // A write shows nothing about reading: the next read of it is asked of the store.
         self.forget(location);
-        if result.is_ok() {
-            self.reads.proved(location);
-        }
         result
     }
 
@@ -287,8 +320,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             return self.observe(location, result, |r| &r.meta);
         }
         if options.head {
-            let id = self.reads.id(location);
-            if let Some(meta) = self.handles().meta(&id, self.reads.proven(location)) {
+            if let Some(meta) = self.reads.cached_head(location) {
                 return Ok(head_result(meta));
             }
             return self.head_inner(location).await.map(head_result);
@@ -316,7 +348,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             .await?;
         let meta = self
             .handles()
-            .peek(&self.reads.id(location))
+            .peek(&self.reads.seen(location))
             .filter(|m| version.matches(m))
             .unwrap_or_else(|| ObjectMeta {
                 location: location.clone(),
@@ -426,3 +458,16 @@ impl<S: ObjectStore> MultipartUpload for ForgettingUpload<S> {
 
 #[cfg(test)]
 mod tests;
+
+impl CachingObjectStore<Arc<dyn ObjectStore>> {
+    /// Wraps a store a session registered (or an inner registry made): its identity is that
+    /// instance's, so one store registered in several sessions is one identity.
+    pub(crate) fn over_registered(
+        store: Arc<dyn ObjectStore>,
+        store_url: &Url,
+        caches: &Caches,
+    ) -> Self {
+        let identity = caches.directory.identity_of(&store);
+        Self::wrapping(Arc::new(store), store_url, caches, identity)
+    }
+}

@@ -212,7 +212,13 @@ impl AsyncFileReader for LakeReader {
         async move {
             let (bytes, hit) = self
                 .index
-                .bloom_filter(&self.bytes.version, row_group, column, load)
+                .bloom_filter(
+                    &self.bytes.version,
+                    self.bytes.reads.identity(),
+                    row_group,
+                    column,
+                    load,
+                )
                 .await
                 .map_err(external)?;
             // Nothing cached is served before this store has shown it can read the file (a
@@ -238,31 +244,35 @@ impl AsyncFileReader for LakeReader {
         &'a mut self,
         _options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>>> {
-        let file = self.bytes.clone();
-        let hint = self.metadata_size_hint;
-        let planned = self
-            .planning
-            .as_ref()
-            .and_then(|p| IndexCache::planned_footer(p.as_ref(), &file.version));
-        let read_here = Arc::new(AtomicBool::new(false));
-        let load = {
-            let read_here = Arc::clone(&read_here);
-            async move {
-                if let Some(footer) = planned {
-                    return Ok(footer);
-                }
-                read_here.store(true, Relaxed);
-                let read = |range: Range<u64>| {
-                    let file = file.clone();
-                    async move { file.get_one(range).await }
-                };
-                load_footer(&file.version, hint, read).await
-            }
-        };
         async move {
+            // A version a listing named by size and time alone is pinned to its e_tag first:
+            // the footer and every later read then come from one version, and the footer is
+            // kept.
+            let pinned = self.bytes.reads.pinned(&self.bytes.version).await;
+            self.bytes.version = pinned.map_err(store_error)?;
+            let file = self.bytes.clone();
+            let hint = self.metadata_size_hint;
+            let planned = self.planning.as_ref().and_then(|p| {
+                IndexCache::planned_footer(p.as_ref(), &file.version, file.reads.identity())
+            });
+            let read_here = Arc::new(AtomicBool::new(false));
+            let load = {
+                let read_here = Arc::clone(&read_here);
+                async move {
+                    if let Some(footer) = planned {
+                        return Ok(footer);
+                    }
+                    read_here.store(true, Relaxed);
+                    let read = |range: Range<u64>| {
+                        let file = file.clone();
+                        async move { file.get_one(range).await }
+                    };
+                    load_footer(&file.version, hint, read).await
+                }
+            };
             let (metadata, hit) = self
                 .index
-                .metadata(&self.bytes.version, load)
+                .metadata(&self.bytes.version, self.bytes.reads.identity(), load)
                 .await
                 .map_err(external)?;
             // Nothing cached is served before this store has shown it can read the file: a

@@ -14,7 +14,7 @@ use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{CountingStore, LakeLocation, query, s3_server};
+use datafusion_lakecache::testkit::{ContentETags, CountingStore, LakeLocation, query, s3_server};
 use datafusion_lakecache::{CachingObjectStore, LakeCache};
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
@@ -71,13 +71,15 @@ pub fn local_backend() -> Backend {
     }
 }
 
-/// An in-memory store standing for a remote one (`memory://`): it has e_tags and honours
-/// `If-Match`, so the range cache applies to it as to S3.
+/// An in-memory store standing for a remote one (`memory://`): its e_tags are digests of the
+/// bytes, as S3's are, and it honours `If-Match`, so the range cache (disk tier included)
+/// applies to it as to S3.
 pub fn memory_backend() -> Backend {
+    let store = ContentETags::new(object_store::memory::InMemory::new());
     Backend {
         name: "memory",
         store_url: Url::parse("memory://").unwrap(),
-        raw: Arc::new(object_store::memory::InMemory::new()),
+        raw: Arc::new(store),
         prefix: Path::from("lake"),
         local: None,
         _dir: None,

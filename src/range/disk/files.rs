@@ -50,6 +50,16 @@ pub(super) struct EntryId {
     pub start: u64,
 }
 
+/// What reading an entry file found.
+pub(super) enum EntryRead {
+    /// The file's bytes, of the length its entry has.
+    Found(Vec<u8>),
+    /// No file: deleted meanwhile (replaced by a longer range, evicted, or by hand).
+    Missing,
+    /// A file that cannot be the entry: of another length, or unreadable.
+    Bad,
+}
+
 /// An entry file found when the tier opened.
 pub(super) struct Found {
     pub id: EntryId,
@@ -140,9 +150,17 @@ impl TierDir {
                 continue;
             };
             for file in files.flatten() {
-                let Some((id, len)) = parse_name(&file.file_name().to_string_lossy()) else {
+                let file_name = file.file_name().to_string_lossy().into_owned();
+                let Some((id, len)) = parse_name(&file_name) else {
                     continue;
                 };
+                // Only the one name the tier would give this entry, in its object's
+                // directory: any other spelling (upper-case hex, leading zeros, a `+`, another
+                // object's directory) is a file the tier would never read nor delete, so it is
+                // not counted either.
+                if object_dir(id) != name || entry_name(id, len) != file_name {
+                    continue;
+                }
                 // Not `metadata()`: it follows links, and a file may vanish meanwhile.
                 let Ok(meta) = fs::symlink_metadata(file.path()) else {
                     continue;
@@ -164,10 +182,7 @@ impl TierDir {
 
     /// The file of entry `id` holding `len` bytes.
     pub(super) fn entry_path(&self, id: EntryId, len: u64) -> PathBuf {
-        self.root.join(format!("{:016x}", id.object)).join(format!(
-            "{:016x}-{:016x}-{}-{}{SUFFIX}",
-            id.object, id.version, id.start, len
-        ))
+        self.root.join(object_dir(id)).join(entry_name(id, len))
     }
 
     /// Writes `encoded` as the file of entry `id` (`len` bytes of data): to a new temporary
@@ -190,9 +205,20 @@ impl TierDir {
         written
     }
 
-    /// The raw bytes of an entry file, if it is there (not following links).
-    pub(super) fn read(&self, id: EntryId, len: u64) -> Option<Vec<u8>> {
-        read_no_follow(&self.entry_path(id, len)).ok()
+    /// The raw bytes of an entry file (not following links), if it is there and exactly
+    /// `file_bytes` long: a file of another length is not read into memory at all.
+    pub(super) fn read(&self, id: EntryId, len: u64, file_bytes: u64) -> EntryRead {
+        match read_exactly(&self.entry_path(id, len), file_bytes) {
+            Ok(Some(raw)) => EntryRead::Found(raw),
+            Ok(None) => EntryRead::Bad,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => EntryRead::Missing,
+            Err(_) => EntryRead::Bad,
+        }
+    }
+
+    /// Whether entry `id`'s file (holding `len` bytes) is there.
+    pub(super) fn exists(&self, id: EntryId, len: u64) -> bool {
+        fs::symlink_metadata(self.entry_path(id, len)).is_ok()
     }
 
     /// Deletes an entry file (a link in its place is removed, not followed).
@@ -237,13 +263,43 @@ fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 fn read_no_follow(path: &Path) -> io::Result<Vec<u8>> {
-    let mut file = OpenOptions::new()
+    let mut raw = Vec::new();
+    open_no_follow(path)?
+        .take(MARKER_TEXT.len() as u64 + 1)
+        .read_to_end(&mut raw)?;
+    Ok(raw)
+}
+
+/// The contents of `path` if it is `len` bytes long (`None` if it is not; nothing more is
+/// read than that).
+fn read_exactly(path: &Path, len: u64) -> io::Result<Option<Vec<u8>>> {
+    let file = open_no_follow(path)?;
+    if file.metadata()?.len() != len {
+        return Ok(None);
+    }
+    let mut raw = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len + 1).read_to_end(&mut raw)?;
+    Ok((raw.len() as u64 == len).then_some(raw))
+}
+
+fn open_no_follow(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let mut raw = Vec::new();
-    file.read_to_end(&mut raw)?;
-    Ok(raw)
+        .open(path)
+}
+
+/// The directory of entry `id`'s object.
+fn object_dir(id: EntryId) -> String {
+    format!("{:016x}", id.object)
+}
+
+/// The file name of entry `id` holding `len` bytes: the only spelling the tier reads.
+fn entry_name(id: EntryId, len: u64) -> String {
+    format!(
+        "{:016x}-{:016x}-{}-{}{SUFFIX}",
+        id.object, id.version, id.start, len
+    )
 }
 
 fn is_object_dir(name: &str) -> bool {
@@ -269,9 +325,17 @@ pub(super) fn parse_name(name: &str) -> Option<(EntryId, u64)> {
     Some((id, len))
 }
 
+/// The length of the file holding `len` bytes of a version named by `version`.
+pub(super) fn encoded_len(version: &str, len: u64) -> u64 {
+    HEADER_BYTES + version.len() as u64 + len
+}
+
+/// Bytes of an entry file's header besides the version text.
+const HEADER_BYTES: u64 = 36;
+
 /// An entry file's contents: header and bytes.
 pub(super) fn encode(version: &str, start: u64, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(36 + version.len() + bytes.len());
+    let mut out = Vec::with_capacity(encoded_len(version, bytes.len() as u64) as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&XxHash64::oneshot(0, bytes).to_le_bytes());
     out.extend_from_slice(&(version.len() as u32).to_le_bytes());

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use bytes::Bytes;
 use twox_hash::XxHash64;
 
-use super::spans::{Piece, Spans};
+use super::spans::{Inserted, Piece, Spans};
 use crate::object::{ObjectId, ObjectVersion};
-use files::{EntryId, TierDir, decode, encode};
+use files::{EntryId, EntryRead, TierDir, decode, encode, encoded_len};
 
 #[derive(Debug)]
 struct Entry {
@@ -119,8 +119,11 @@ impl DiskTier {
         {
             let mut state = tier.lock();
             for f in found {
-                // Names are checked to have `start + len` in range.
-                tier.index(&mut state, f.id, f.id.start + f.len, f.file_bytes);
+                // Names are checked to have `start + len` in range. A file another one holds
+                // (left by a process that stopped before deleting it) goes.
+                if !tier.index(&mut state, f.id, f.id.start + f.len, f.file_bytes) {
+                    tier.dir.remove(f.id, f.len);
+                }
             }
             tier.trim(&mut state);
             log::info!(
@@ -137,14 +140,30 @@ impl DiskTier {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn index(&self, state: &mut State, id: EntryId, end: u64, file_bytes: u64) {
+    /// Indexes the entry file of `id`, holding bytes up to `end`. Returns `false` (indexing
+    /// nothing) if an entry holds those bytes already; entries it holds are deleted.
+    fn index(&self, state: &mut State, id: EntryId, end: u64, file_bytes: u64) -> bool {
         if let Some(old) = state.entries.get(&id) {
-            // A longer range at the same start has another file: the shorter one goes.
             let old_end = old.end;
-            self.forget(state, id);
-            if old_end != end {
-                self.dir.remove(id, old_end - id.start);
+            if old_end >= end {
+                return false;
             }
+            // A longer range at the same start has another file: the shorter one goes.
+            self.drop_entry(state, id);
+        }
+        let key = (id.object, id.version);
+        let inside = match state.spans.entry(key).or_default().insert(id.start..end) {
+            Inserted::Covered => return false,
+            Inserted::Replacing(inside) => inside,
+        };
+        for r in inside {
+            self.drop_entry(
+                state,
+                EntryId {
+                    start: r.start,
+                    ..id
+                },
+            );
         }
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -159,11 +178,7 @@ impl DiskTier {
                 seq,
             },
         );
-        state
-            .spans
-            .entry((id.object, id.version))
-            .or_default()
-            .insert(id.start..end);
+        true
     }
 
     /// Forgets an entry and deletes its file.
@@ -240,7 +255,9 @@ impl DiskTier {
 
     /// Reads the entry holding `held` of `object`, checking it names the same version and
     /// that its bytes match their checksum. A bad entry is deleted and counted, and reads as
-    /// `None`, like a missing one. Blocking: call from a blocking thread.
+    /// `None`, like a missing one; so does an entry replaced (by a longer range at the same
+    /// start) or deleted since `held` was looked up, which is left as it is now. Blocking:
+    /// call from a blocking thread.
     pub(crate) fn read(&self, object: &ObjectVersion, held: Range<u64>) -> Option<Bytes> {
         let (o, v) = ids(object);
         let id = EntryId {
@@ -248,12 +265,22 @@ impl DiskTier {
             version: v,
             start: held.start,
         };
-        let checked = self
-            .dir
-            .read(id, held.end - held.start)
-            .and_then(|raw| decode(raw, &object.canonical(), held.clone()));
+        let version = object.canonical();
+        let len = held.end - held.start;
+        let read = self.dir.read(id, len, encoded_len(&version, len));
+        let (checked, bad) = match read {
+            EntryRead::Found(raw) => {
+                let checked = decode(raw, &version, held.clone());
+                let bad = checked.is_none();
+                (checked, bad)
+            }
+            EntryRead::Missing => (None, false),
+            EntryRead::Bad => (None, true),
+        };
         let mut guard = self.lock();
         let state = &mut *guard;
+        // Whether the entry is still the one read: not replaced meanwhile.
+        let same = state.entries.get(&id).is_some_and(|e| e.end == held.end);
         match checked {
             Some(bytes) => {
                 if let Some(entry) = state.entries.get_mut(&id) {
@@ -267,7 +294,7 @@ impl DiskTier {
                 Some(bytes)
             }
             None => {
-                if state.entries.contains_key(&id) {
+                if same && bad {
                     // Deleted below, so each bad file is reported once.
                     log::warn!(
                         "range cache: an entry for {} in {} failed its checks (torn write, \
@@ -277,6 +304,10 @@ impl DiskTier {
                     );
                     self.counters.corrupt.fetch_add(1, Relaxed);
                     self.drop_entry(state, id);
+                } else if same && !self.dir.exists(id, len) {
+                    // Its file was deleted behind the tier's back (checked under the lock: a
+                    // write of the same range may have put it back meanwhile): forget it.
+                    self.forget(state, id);
                 }
                 self.counters.misses.fetch_add(1, Relaxed);
                 None
@@ -294,7 +325,11 @@ impl DiskTier {
             start,
         };
         let end = start + bytes.len() as u64;
-        if self.lock().entries.get(&id).is_some_and(|e| e.end >= end) {
+        let held = |state: &State| {
+            let spans = state.spans.get(&(o, v));
+            spans.is_some_and(|s| s.holds(&(start..end)))
+        };
+        if held(&self.lock()) {
             return;
         }
         let encoded = encode(&object.canonical(), start, bytes);
@@ -308,7 +343,14 @@ impl DiskTier {
         }
         self.counters.writes.fetch_add(1, Relaxed);
         let mut state = self.lock();
-        self.index(&mut state, id, end, encoded.len() as u64);
+        if !self.index(&mut state, id, end, encoded.len() as u64) {
+            // Another write kept a range holding this one meanwhile; unless it is this very
+            // range (whose file this write just replaced with the same bytes), this file goes.
+            let same_file = state.entries.get(&id).is_some_and(|e| e.end == end);
+            if !same_file {
+                self.dir.remove(id, bytes.len() as u64);
+            }
+        }
         self.trim(&mut state);
     }
 

@@ -1,3 +1,5 @@
+#![allow(clippy::single_range_in_vec_init)] // one-range reads are the common case here
+
 use super::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -13,7 +15,18 @@ fn version(path: &str, e_tag: &str) -> ObjectVersion {
         version: None,
     };
     let store = crate::object::StoreKey::of(&url::Url::parse("s3://bucket").unwrap());
-    ObjectVersion::new(store, &meta)
+    ObjectVersion::new(store, &crate::object::StoreIdentity::named("test"), &meta)
+}
+
+/// The file of `v`'s entry at `start` holding `len` bytes.
+fn entry_file(tier: &DiskTier, v: &ObjectVersion, start: u64, len: u64) -> std::path::PathBuf {
+    let (object, version) = ids(v);
+    let id = EntryId {
+        object,
+        version,
+        start,
+    };
+    tier.dir.entry_path(id, len)
 }
 
 #[test]
@@ -225,4 +238,101 @@ fn caches_of_one_process_share_the_tier_of_a_directory() {
     assert!(err.to_string().contains("capacity"), "{err}");
     drop((a, b));
     DiskTier::shared(dir.path(), 2 << 20).expect("closed when the last user went");
+}
+
+#[test]
+fn a_reader_of_an_entry_a_longer_one_replaced_misses_and_leaves_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let v = version("a.parquet", "1");
+    tier.write(&v, 0, &Bytes::from(vec![1u8; 100]));
+    // The steps in the order a race takes them: a reader looks up what the tier holds...
+    let held = tier.cover(&v, &[0..100]).unwrap()[0][0].1.clone().unwrap();
+    assert_eq!(held, 0..100);
+    // ...a write of a longer range at the same start replaces the entry and its file...
+    tier.write(&v, 0, &Bytes::from(vec![1u8; 200]));
+    // ...and the reader reads what it looked up.
+    assert!(
+        tier.read(&v, held).is_none(),
+        "the file it looked up is gone"
+    );
+    assert_eq!(
+        tier.counters.corrupt.load(Relaxed),
+        0,
+        "nothing was corrupt"
+    );
+    assert!(
+        entry_file(&tier, &v, 0, 200).exists(),
+        "the new entry stays"
+    );
+    assert_eq!(tier.read(&v, 0..200).unwrap().len(), 200);
+    assert_eq!(tier.size().0, 1);
+}
+
+#[test]
+fn names_of_its_layout_spelled_otherwise_are_neither_counted_nor_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("a.parquet", "1");
+    let w = version("b.parquet", "1");
+    let (real, root) = {
+        let tier = DiskTier::open(dir.path(), 10_000).unwrap();
+        tier.write(&v, 0, &Bytes::from(vec![1u8; 1000]));
+        (
+            entry_file(&tier, &v, 0, 1000),
+            tier.dir.root().to_path_buf(),
+        )
+    };
+    let contents = fs::read(&real).unwrap();
+    let name = real.file_name().unwrap().to_string_lossy().into_owned();
+    let dir_of = real.parent().unwrap().to_path_buf();
+    // Spellings that parse to the same entry: upper-case hex, a leading zero or `+` in the
+    // numbers; and the entry's own name in another object's directory.
+    let (o, _) = ids(&w);
+    let other_dir = root.join(format!("{o:016x}"));
+    fs::create_dir_all(&other_dir).unwrap();
+    let odd = [
+        dir_of.join(name.to_uppercase().replace(".RANGE", ".range")),
+        dir_of.join(name.replace("-0-1000.", "-00-1000.")),
+        dir_of.join(name.replace("-0-1000.", "-+0-1000.")),
+        other_dir.join(&name),
+    ];
+    for path in &odd {
+        assert_ne!(path, &real);
+        fs::write(path, &contents).unwrap();
+    }
+    let tier = DiskTier::open(dir.path(), 10_000).unwrap();
+    assert_eq!(
+        tier.size(),
+        (1, contents.len() as u64),
+        "only the real entry"
+    );
+    // Filling the tier to its capacity keeps what is on disk within it (the odd files are
+    // not the tier's to count or delete, and are left as they are).
+    for i in 1..20u64 {
+        tier.write(&v, i * 1000, &Bytes::from(vec![1u8; 1000]));
+    }
+    let (_, bytes) = tier.size();
+    assert!(bytes <= 10_000, "{bytes}");
+    for path in &odd {
+        assert!(path.exists(), "{} left alone", path.display());
+    }
+}
+
+#[test]
+fn an_entry_file_of_another_length_is_not_read_into_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let v = version("a.parquet", "1");
+    tier.write(&v, 0, &Bytes::from(vec![1u8; 100]));
+    let file = entry_file(&tier, &v, 0, 100);
+    // Grown to a gigabyte behind the tier's back (sparse: nothing is written).
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    assert!(tier.read(&v, 0..100).is_none());
+    assert_eq!(tier.counters.corrupt.load(Relaxed), 1);
+    assert!(!file.exists(), "deleted as corrupt");
 }
