@@ -20,7 +20,7 @@ use crate::handle::HandleCache;
 use crate::index::IndexCache;
 use crate::object::{ObjectId, StoreKey};
 use crate::range::RangeCache;
-use crate::sql::StatsSource;
+use crate::sql::{Clearing, StatsSource};
 use crate::stats::{Activity, LakeStats};
 use crate::store::{Caches, CheckedCache};
 use crate::table::ScanCaches;
@@ -90,9 +90,10 @@ impl LakeCache {
     /// - the `lakecache.*` settings are registered: `SET` and `SHOW ALL`;
     /// - every Parquet scan of the final plan reads through the caches and prefetches ahead
     ///   of its readers, within the memory pool of the session that plans it;
-    /// - `SELECT * FROM lakecache_stats()` lists every cache's figures (a row per cache),
-    ///   `lakecache_metrics()` every figure (a row per metric), and `lakecache_clear()`
-    ///   empties the caches.
+    /// - `SELECT * FROM lakecache_stats()` lists every cache's figures (a row per cache) and
+    ///   `lakecache_metrics()` every figure (a row per metric); with
+    ///   [`LakeCacheBuilder::sql_clear`], `lakecache_clear()` empties the caches (every
+    ///   session's: off by default).
     ///
     /// Sessions installed from clones of one `LakeCache` share its caches. Call it after
     /// `with_default_features` (which would replace the table factory) and after setting a
@@ -223,8 +224,13 @@ impl StatsSource for LakeCache {
         LakeCache::settings(self)
     }
 
-    fn clear(&self) {
-        LakeCache::clear(self)
+    fn clear(&self, which: Clearing) {
+        match which {
+            Clearing::All => LakeCache::clear(self),
+            Clearing::Handle => self.handles().clear(),
+            Clearing::Index => self.index().clear(),
+            Clearing::Range => self.ranges().clear(),
+        }
     }
 }
 

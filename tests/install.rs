@@ -212,6 +212,7 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
     const MISSES: usize = 4;
     let lake = LakeCache::builder()
         .index_capacity_bytes(64 << 20)
+        .sql_clear(true)
         .build()
         .unwrap();
     let (_b, ctx) = after_a_lookup(&lake).await;
@@ -254,13 +255,23 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
         second["index.bloom"]
     );
 
+    let handles = lake.stats().handles.metadata.entries;
     let cleared = ctx
-        .sql("SELECT * FROM lakecache_clear() WHERE cache = 'index'")
+        .sql("SELECT * FROM lakecache_clear('index')")
         .await
         .unwrap()
         .collect()
         .await
         .unwrap();
+    let caches = cleared[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .unwrap();
+    assert_eq!(
+        caches.iter().flatten().collect::<Vec<_>>(),
+        ["index", "index.bloom"]
+    );
     let dropped = cleared[0]
         .column(1)
         .as_any()
@@ -270,11 +281,24 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
     assert_eq!(Some(dropped), second["index"][ENTRIES]);
     assert_eq!(lake.stats().index.cache.entries, 0, "emptied");
     assert_eq!(per_cache(&ctx).await["index"][ENTRIES], Some(0));
+    assert_eq!(
+        lake.stats().handles.metadata.entries,
+        handles,
+        "the other caches kept"
+    );
+    let err = ctx
+        .sql("SELECT * FROM lakecache_clear('all of it')")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("'handle', 'index', 'range'"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lakecache_clear_clears_when_run_and_can_be_left_out() {
-    let lake = LakeCache::builder().build().unwrap();
+async fn lakecache_clear_is_off_unless_asked_for_and_clears_when_run() {
+    let lake = LakeCache::builder().sql_clear(true).build().unwrap();
     let (_b, ctx) = after_a_lookup(&lake).await;
     let held = lake.stats().index.cache.entries;
     assert!(held > 0);
@@ -294,7 +318,8 @@ async fn lakecache_clear_clears_when_run_and_can_be_left_out() {
     planned.collect().await.unwrap();
     assert_eq!(lake.stats().index.cache.entries, 0, "running does");
 
-    let closed = LakeCache::builder().sql_clear(false).build().unwrap();
+    // Off by default: no session of a shared LakeCache empties every tenant's caches.
+    let closed = LakeCache::builder().build().unwrap();
     let (_b, ctx) = after_a_lookup(&closed).await;
     let err = ctx
         .sql("SELECT * FROM lakecache_clear()")

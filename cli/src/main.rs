@@ -219,8 +219,10 @@ fn one_line(text: &str) -> String {
 }
 
 async fn run(args: Args) -> Result<()> {
-    // Cache sizes and the disk tier belong to the LakeCache; the rest to the session.
-    let mut builder = LakeCache::builder();
+    // Cache sizes and the disk tier belong to the LakeCache; the rest to the session. The
+    // tool's sessions are its user's own: `lakecache_clear()` is theirs to run (a setting may
+    // still turn it off).
+    let mut builder = LakeCache::builder().sql_clear(true);
     let mut session_settings = Vec::new();
     for setting in &args.settings {
         let (key, value) = session::split_setting(setting)?;

@@ -130,8 +130,8 @@ macro_rules! setting_table {
             }
             /// What installed sessions may do in SQL.
             SqlConfig sql {
-                clear: bool = true, Flag, "lakecache.sql.clear", sql_clear, Shared,
-                    "Whether sessions get lakecache_clear(), which empties the caches every session shares.";
+                clear: bool = false, Flag, "lakecache.sql.clear", sql_clear, Shared,
+                    "Whether sessions get lakecache_clear(), which empties the caches every session shares: off, so that no session can empty every tenant's caches.";
             }
         }
     };

@@ -17,7 +17,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 
-pub(crate) use stats_function::StatsSource;
+pub(crate) use stats_function::{Clearing, StatsSource};
 use stats_function::{LakeStatsFunction, StatsTable};
 
 use crate::config::{Installed, LakeOptions};

@@ -1,18 +1,21 @@
 //! The table functions `install()` registers:
 //! - `lakecache_stats()`: one row per cache, with the figures every cache shares;
 //! - `lakecache_metrics()`: every figure, one row per (cache, metric), for scripts;
-//! - `lakecache_clear()`: empties every cache and says how many entries each held.
+//! - `lakecache_clear()`: empties every cache and says how many entries each held;
+//!   `lakecache_clear('handle')` (or `'index'`, `'range'`) empties that cache alone.
 //!
 //! ```sql
 //! SELECT cache, entries, hits, misses FROM lakecache_stats();
 //! SELECT value FROM lakecache_metrics() WHERE cache = 'prefetch' AND metric = 'bytes_wasted';
-//! SELECT * FROM lakecache_clear();
+//! SELECT * FROM lakecache_clear('index');
 //! ```
 //!
 //! `lakecache_clear()` acts when the query runs, not when it is planned, so `EXPLAIN SELECT *
 //! FROM lakecache_clear()` clears nothing. Every session of a `LakeCache` shares its caches,
-//! so an embedding product whose sessions must not clear them for each other leaves the
-//! function out (`LakeCacheBuilder::sql_clear(false)`).
+//! so sessions get the function only where the embedder asks for it
+//! (`LakeCacheBuilder::sql_clear(true)`, `lakecache.sql.clear`): off by default, so that no
+//! session of a shared `LakeCache` can empty every tenant's caches. The `lakecache` tool turns
+//! it on for its own sessions.
 
 use std::sync::Arc;
 
@@ -20,9 +23,11 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 
@@ -36,8 +41,54 @@ pub(crate) trait StatsSource: std::fmt::Debug + Send + Sync {
     fn stats(&self) -> LakeStats;
     /// The settings the caches were built with.
     fn settings(&self) -> &Settings;
-    /// Drops every cached entry.
-    fn clear(&self);
+    /// Drops every entry of the caches `which` names.
+    fn clear(&self, which: Clearing);
+}
+
+/// Which caches `lakecache_clear` empties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Clearing {
+    /// Every cache.
+    All,
+    /// `'handle'`: metadata, listings, proofs of access, descriptors.
+    Handle,
+    /// `'index'`: footers, page indexes, bloom filters.
+    Index,
+    /// `'range'`: bytes, in memory and on disk.
+    Range,
+}
+
+impl Clearing {
+    /// The caches the function's arguments name.
+    fn of(args: &[Expr]) -> Result<Self> {
+        let refuse = || {
+            DataFusionError::Plan(
+                "lakecache_clear() takes no argument, or one of 'handle', 'index', 'range'"
+                    .to_string(),
+            )
+        };
+        match args {
+            [] => Ok(Self::All),
+            [Expr::Literal(ScalarValue::Utf8(Some(name)), _)] => match name.as_str() {
+                "handle" => Ok(Self::Handle),
+                "index" => Ok(Self::Index),
+                "range" => Ok(Self::Range),
+                _ => Err(refuse()),
+            },
+            _ => Err(refuse()),
+        }
+    }
+
+    /// Whether the rows of `cache` (`handle.metadata`, `index`, ...) are of a cleared cache.
+    fn covers(self, cache: &str) -> bool {
+        let prefix = match self {
+            Self::All => return true,
+            Self::Handle => "handle",
+            Self::Index => "index",
+            Self::Range => "range",
+        };
+        cache.split('.').next() == Some(prefix)
+    }
 }
 
 /// Which of the table functions a [`LakeStatsFunction`] is.
@@ -47,7 +98,7 @@ pub enum StatsTable {
     PerCache,
     /// `lakecache_metrics()`: a row per (cache, metric).
     PerMetric,
-    /// `lakecache_clear()`: clears every cache.
+    /// `lakecache_clear()`: clears every cache, or the one its argument names.
     Clear,
 }
 
@@ -88,6 +139,7 @@ fn clear_schema() -> SchemaRef {
 #[derive(Debug)]
 struct ClearStream {
     lake: Arc<dyn StatsSource>,
+    which: Clearing,
     schema: SchemaRef,
 }
 
@@ -98,18 +150,23 @@ impl PartitionStream for ClearStream {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let (lake, schema) = (Arc::clone(&self.lake), Arc::clone(&self.schema));
+        let which = self.which;
         let batch = futures::stream::once(async move {
             let stats = lake.stats();
-            lake.clear();
-            let rows = [
+            lake.clear(which);
+            let rows: Vec<(&str, u64)> = [
                 ("handle.metadata", stats.handles.metadata.entries),
                 ("handle.listings", stats.handles.listings.entries),
+                ("handle.proofs", stats.handles.proofs.entries),
                 ("handle.files", stats.handles.files.entries),
                 ("index", stats.index.cache.entries),
                 ("index.bloom", stats.index.blooms.entries),
                 ("range.memory", stats.ranges.memory.entries),
                 ("range.disk", stats.ranges.disk.entries),
-            ];
+            ]
+            .into_iter()
+            .filter(|(cache, _)| which.covers(cache))
+            .collect();
             let columns: Vec<ArrayRef> = vec![
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
                 Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.1))),
@@ -199,7 +256,7 @@ fn u64_column(values: impl Iterator<Item = Option<u64>>) -> ArrayRef {
 impl TableFunctionImpl for LakeStatsFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
         let name = self.table.name();
-        if !args.exprs().is_empty() {
+        if self.table != StatsTable::Clear && !args.exprs().is_empty() {
             return Err(DataFusionError::Plan(format!(
                 "{name}() takes no arguments"
             )));
@@ -255,13 +312,12 @@ impl TableFunctionImpl for LakeStatsFunction {
             StatsTable::Clear => {
                 let clear = ClearStream {
                     lake: Arc::clone(&self.lake),
+                    which: Clearing::of(args.exprs())?,
                     schema: clear_schema(),
                 };
                 let schema = Arc::clone(&clear.schema);
-                return Ok(Arc::new(StreamingTable::try_new(
-                    schema,
-                    vec![Arc::new(clear)],
-                )?));
+                let table = StreamingTable::try_new(schema, vec![Arc::new(clear)])?;
+                return Ok(Arc::new(table));
             }
         };
         let schema = Arc::new(schema);
