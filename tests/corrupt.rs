@@ -100,15 +100,20 @@ async fn a_thousand_corruptions_give_clear_errors() {
 
     let mut rng = SmallRng::seed_from_u64(20261129);
     let (mut failed, mut loaded) = (0, 0);
+    // Per kind of corruption: (cases, refused).
+    let mut kinds: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
     for i in 0..1000 {
         let (bad, what) = corrupt(&good, &mut rng, &spans);
         LARGEST.store(0, Relaxed);
         let result = parquet_footer(&bad, Some(512 << 10)).await;
         let largest = LARGEST.load(Relaxed);
+        let kind = kinds.entry(what.clone()).or_default();
+        kind.0 += 1;
         match result {
             Ok(()) => loaded += 1,
             Err(msg) => {
                 failed += 1;
+                kind.1 += 1;
                 assert!(
                     msg.contains("fuzz.parquet"),
                     "#{i} ({what}): error does not name the file: {msg}"
@@ -124,7 +129,14 @@ async fn a_thousand_corruptions_give_clear_errors() {
         );
     }
     eprintln!(
-        "1000 corruptions: {failed} refused with an error naming the file, {loaded} still decodable"
+        "1000 corruptions: {failed} refused with an error naming the file, {loaded} still \
+         decodable; by kind (cases, refused): {kinds:?}"
     );
-    assert!(failed > 500, "most corruptions are caught: {failed}");
+    // A corrupt footer is refused; a corrupt page index is left out (as DataFusion's reader
+    // leaves it), so those files still decode.
+    let (cases, refused) = kinds["footer bytes"];
+    assert!(
+        2 * refused > cases,
+        "most footer corruptions are caught: {kinds:?}"
+    );
 }

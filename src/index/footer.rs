@@ -20,7 +20,10 @@ use crate::object::ObjectVersion;
 /// errors name the file.
 ///
 /// Reads the last `metadata_size_hint` bytes (the whole file if smaller) in one read, then only
-/// the missing bytes before them if the footer or page index reaches further back.
+/// the missing bytes before them if the footer or page index reaches further back. A page
+/// index that cannot be read (its offsets point into the footer, past the file, or its bytes
+/// do not decode) is left out, as DataFusion's reader leaves it: the footer alone is returned,
+/// and queries answer without page pruning.
 pub async fn load_footer<F, Fut>(
     version: &ObjectVersion,
     metadata_size_hint: Option<usize>,
@@ -45,14 +48,14 @@ where
     let mut suffix = (metadata_size_hint.unwrap_or(0) as u64).clamp(8, size);
     let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
     let mut bytes = read(size - suffix..size).await?;
-    loop {
+    let metadata = loop {
         let result = if reader.has_metadata() {
             reader.read_page_indexes_sized(&bytes, size)
         } else {
             reader.try_parse_sized(&bytes, size)
         };
         match result {
-            Ok(()) => break,
+            Ok(()) => break reader.finish().map_err(|e| fail(e.to_string()))?,
             Err(ParquetError::NeedMoreData(needed))
                 if (needed as u64) > suffix && (needed as u64) <= size =>
             {
@@ -65,17 +68,29 @@ where
                 bytes = joined.into();
                 suffix = needed;
             }
-            Err(ParquetError::NeedMoreData(needed)) => {
-                return Err(fail(format!(
-                    "it asks for {needed} bytes from its end but has {size}"
-                )));
-            }
-            Err(e) => return Err(fail(e.to_string())),
+            Err(e) => match footer_alone(&bytes, size) {
+                Some(footer) => break footer,
+                None => {
+                    return Err(fail(match e {
+                        ParquetError::NeedMoreData(needed) => {
+                            format!("it asks for {needed} bytes from its end but has {size}")
+                        }
+                        e => e.to_string(),
+                    }));
+                }
+            },
         }
-    }
-    let metadata = reader.finish().map_err(|e| fail(e.to_string()))?;
+    };
     check_offsets(&metadata, size).map_err(fail)?;
     Ok(Arc::new(metadata))
+}
+
+/// The footer in `bytes` (the end of a file of `size` bytes) without its page index, if it
+/// decodes on its own.
+fn footer_alone(bytes: &Bytes, size: u64) -> Option<ParquetMetaData> {
+    let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Skip);
+    reader.try_parse_sized(bytes, size).ok()?;
+    reader.finish().ok()
 }
 
 /// The bytes of a column chunk, if its footer gives a sane offset and length.
@@ -126,7 +141,13 @@ mod tests {
     fn version(size: u64) -> ObjectVersion {
         let store = StoreKey::of(&url::Url::parse("memory://").unwrap());
         let identity = crate::object::StoreIdentity::named("test");
-        ObjectVersion::with_validator(store, &identity, "f.parquet".into(), size, Validator::Immutable)
+        ObjectVersion::with_validator(
+            store,
+            &identity,
+            "f.parquet".into(),
+            size,
+            Validator::Immutable,
+        )
     }
 
     #[tokio::test]
