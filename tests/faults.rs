@@ -237,7 +237,7 @@ async fn run(name: &str, b: &Backend, faulty: Arc<dyn ObjectStore>, source: Sour
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_in_memory_store_under_failed_requests() {
+async fn failed_requests_of_the_in_memory_store_give_named_errors_or_a_states_rows() {
     let b = common::memory_backend();
     b.write(&spec()).await;
     let faults = Arc::new(FaultStore::new(Arc::clone(&b.raw)));
@@ -249,7 +249,7 @@ async fn the_in_memory_store_under_failed_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_s3_server_behind_a_faulty_network() {
+async fn a_faulty_network_to_the_s3_server_gives_named_errors_or_a_states_rows() {
     let Some(b) = common::s3_backend("fault_loop") else {
         assert!(
             std::env::var("CI").is_err(),

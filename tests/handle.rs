@@ -22,7 +22,7 @@ async fn expected(backend: &Backend, sql: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn basic_scan_with_the_cache_on() {
+async fn a_scan_through_the_cache_returns_the_lakes_rows_and_records_its_files() {
     for b in backends("basic_scan") {
         b.write(&LakeSpec::small_files(4)).await;
         let lake = lake();
@@ -206,7 +206,7 @@ async fn a_file_replaced_in_place_gives_the_new_rows() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn different_projections_over_cached_handles() {
+async fn different_projections_over_cached_handles_return_the_plain_stores_rows() {
     for b in backends("projections") {
         b.write(&LakeSpec::small_files(4)).await;
         let lake = lake();
@@ -293,7 +293,7 @@ async fn the_configured_capacity_bounds_the_cache() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_concurrent_tasks_share_one_cache() {
+async fn eight_concurrent_tasks_over_one_cache_return_the_plain_stores_rows() {
     for b in backends("concurrent") {
         b.write(&LakeSpec::small_files(10)).await;
         let lake = lake();

@@ -407,7 +407,7 @@ async fn an_http_table_is_read_through_the_caches() {
 }
 
 #[test]
-fn the_demo_shows_each_capability() {
+fn the_demo_prints_a_line_for_each_capability() {
     let out = lakecache(
         &["demo", "--files", "4", "--latency-ms", "1", "--runs", "2"],
         &[],
