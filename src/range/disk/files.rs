@@ -198,7 +198,14 @@ impl TierDir {
             "{TEMP_PREFIX}{}-{n}-{nonce:016x}",
             std::process::id()
         ));
-        let written = write_new(&temp, encoded).and_then(|()| fs::rename(&temp, &path));
+        let written = write_new(&temp, encoded).and_then(|()| match fs::rename(&temp, &path) {
+            // The object's directory went with its last entry meanwhile: made again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                path.parent().map_or(Ok(()), private_dir)?;
+                fs::rename(&temp, &path)
+            }
+            other => other,
+        });
         if written.is_err() {
             let _ = fs::remove_file(&temp);
         }
@@ -224,6 +231,12 @@ impl TierDir {
     /// Deletes an entry file (a link in its place is removed, not followed).
     pub(super) fn remove(&self, id: EntryId, len: u64) {
         let _ = fs::remove_file(self.entry_path(id, len));
+    }
+
+    /// Deletes the directory of entry `id`'s object if it is empty (`remove_dir` refuses a
+    /// directory that still holds anything, a file of another program's included).
+    pub(super) fn remove_object_dir(&self, id: EntryId) {
+        let _ = fs::remove_dir(self.root.join(object_dir(id)));
     }
 }
 

@@ -181,10 +181,14 @@ impl DiskTier {
         true
     }
 
-    /// Forgets an entry and deletes its file.
+    /// Forgets an entry and deletes its file, and its object's directory once it holds no
+    /// entry (so what is on disk stays what is counted).
     fn drop_entry(&self, state: &mut State, id: EntryId) {
         if let Some(entry) = self.forget(state, id) {
             self.dir.remove(id, entry.end - id.start);
+            if !state.per_object.contains_key(&id.object) {
+                self.dir.remove_object_dir(id);
+            }
         }
     }
 
