@@ -57,16 +57,16 @@ impl Side {
 }
 
 /// A registry holding the lake as this process's own remote store (its own link).
-fn process_stores(
+async fn process_stores(
     lake: &Arc<dyn ObjectStore>,
     url: &Url,
     latency: Duration,
     bandwidth: u64,
-) -> (Arc<dyn ObjectStoreRegistry>, Arc<Remote>) {
-    let counted = remote(Arc::clone(lake), latency, bandwidth);
+) -> Result<(Arc<dyn ObjectStoreRegistry>, Arc<Remote>)> {
+    let counted = remote(Arc::clone(lake), latency, bandwidth).await?;
     let registry = DefaultObjectStoreRegistry::new();
     registry.register_store(url, Arc::clone(&counted) as Arc<dyn ObjectStore>);
-    (Arc::new(registry), counted)
+    Ok((Arc::new(registry), counted))
 }
 
 async fn start(
@@ -79,7 +79,7 @@ async fn start(
     let mut processes = Vec::new();
     let mut stores = Vec::new();
     for _ in 0..3 {
-        let (registry, counted) = process_stores(lake, url, latency, bandwidth);
+        let (registry, counted) = process_stores(lake, url, latency, bandwidth).await?;
         stores.push(counted);
         processes.push(match cached {
             true => Process::cached(&LakeBallista::new(LakeCache::builder().build()?, registry)?),

@@ -89,7 +89,7 @@ async fn main() -> Result<()> {
     let bandwidth = arg("--gbit", 1) * 125_000_000;
     let spec = LakeSpec::large_files();
     let (memory, lake_bytes) = memory_lake(&spec).await?;
-    let store = remote(memory, latency, bandwidth);
+    let store = remote(memory, latency, bandwidth).await?;
     println!(
         "{} files, {:.1} MiB in all; {} ms per request, one {} Gbit/s link; every run cold \
          (registration + query, a new LakeCache); 2 partitions",

@@ -152,8 +152,8 @@ async fn main() -> Result<()> {
     println!("each run: a new snapshot load and a new session; requests HEAD/LIST/GET");
 
     for (name, sql) in QUERIES {
-        let plain_store = remote(Arc::clone(&local), latency, bandwidth);
-        let lake_store = remote(Arc::clone(&local), latency, bandwidth);
+        let plain_store = remote(Arc::clone(&local), latency, bandwidth).await?;
+        let lake_store = remote(Arc::clone(&local), latency, bandwidth).await?;
         let lake = LakeCache::builder().build()?;
         // The session's store, registered once per process as a server would.
         let plain_session = Arc::clone(&plain_store) as Arc<dyn ObjectStore>;

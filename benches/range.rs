@@ -55,9 +55,9 @@ async fn make_lake(spec: &LakeSpec) -> Result<Lake> {
 }
 
 /// The lake behind `latency` per request and `bandwidth`, counted.
-fn remote_lake(lake: &Lake, latency: Duration, bandwidth: u64) -> Result<Arc<Remote>> {
+async fn remote_lake(lake: &Lake, latency: Duration, bandwidth: u64) -> Result<Arc<Remote>> {
     let fs = LocalFileSystem::new_with_prefix(lake.dir.path())?;
-    Ok(remote(Arc::new(fs), latency, bandwidth))
+    remote(Arc::new(fs), latency, bandwidth).await
 }
 
 /// A session where `t` is the lake: on the local disk if `store` is `None`, else remote
@@ -111,8 +111,8 @@ async fn compare(
     cache: &LakeCache,
     sql: &str,
 ) -> Result<[Runs; 3]> {
-    let plain_store = remote_lake(lake, latency, bandwidth)?;
-    let lake_store = remote_lake(lake, latency, bandwidth)?;
+    let plain_store = remote_lake(lake, latency, bandwidth).await?;
+    let lake_store = remote_lake(lake, latency, bandwidth).await?;
     let local = session(lake, None, None).await?;
     let plain = session(lake, Some(plain_store.clone()), None).await?;
     let ours = session(lake, Some(lake_store.clone()), Some(cache)).await?;
@@ -179,7 +179,7 @@ async fn main() -> Result<()> {
 
     // A new process: a new LakeCache on the disk tier the first one filled.
     let cache = with_disk()?;
-    let store = remote_lake(&w1, latency, bandwidth)?;
+    let store = remote_lake(&w1, latency, bandwidth).await?;
     let ctx = session(&w1, Some(store.clone()), Some(&cache)).await?;
     let created = store.counts();
     let local = session(&w1, None, None).await?;

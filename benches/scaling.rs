@@ -263,7 +263,8 @@ async fn main() -> Result<()> {
                 memory.clone() as Arc<dyn ObjectStore>,
                 Duration::from_millis(latency_ms),
                 bandwidth,
-            );
+            )
+            .await?;
             for partitions in PARTITIONS {
                 let f = measure(&store, partitions, runs, &mut want).await?;
                 let link_ms = |bytes: u64| 1000.0 * bytes as f64 / bandwidth as f64;

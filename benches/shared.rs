@@ -67,7 +67,7 @@ async fn main() -> Result<()> {
     let sessions = arg("--sessions", 8) as usize;
     let runs = arg("--runs", 3) as usize;
     let (memory, _) = memory_lake(&LakeSpec::small_files(files)).await?;
-    let store = remote(memory, Duration::from_millis(25), 125_000_000);
+    let store = remote(memory, Duration::from_millis(25), 125_000_000).await?;
     println!(
         "{files} files of 5000 rows, 25 ms per request, one 1 Gbit/s link; every run cold \
          (a new LakeCache); figures: wall time, requests HEAD/LIST/GET"

@@ -23,7 +23,7 @@ use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::LakeSpec;
-use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
+use datafusion_lakecache::testkit::{ContentETags, CountingStore, LatencyStore};
 use object_store::ObjectStore;
 use url::Url;
 
@@ -64,7 +64,9 @@ async fn main() -> Result<()> {
     let latency = Duration::from_millis(arg("--latency-ms", 25));
     let bandwidth = arg("--gbit", 1) * 125_000_000;
     let (memory, _) = memory_lake(&LakeSpec::small_files(files)).await?;
-    let slow = LatencyStore::new(memory as Arc<dyn ObjectStore>, latency)
+    let s3_like = ContentETags::new(memory as Arc<dyn ObjectStore>);
+    s3_like.learn(None).await?;
+    let slow = LatencyStore::new(s3_like, latency)
         .with_bandwidth(bandwidth)
         .with_tail(100, 20, 7);
     let store = Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>));

@@ -77,7 +77,7 @@ async fn main() -> Result<()> {
     let only = arg("--side", 0) as usize;
     let (memory, lake_bytes) = memory_lake(&LakeSpec::small_files(files)).await?;
     let cache_bytes = (lake_bytes / 4).max(1 << 20);
-    let store = remote(memory, Duration::from_millis(25), 125_000_000);
+    let store = remote(memory, Duration::from_millis(25), 125_000_000).await?;
     let mix = mix(files, queries, exponent, scan_every);
     println!(
         "{files} files, {:.1} MB; range memory {:.1} MB (a quarter); {queries} queries, Zipf \

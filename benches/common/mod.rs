@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use datafusion::error::Result;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
+use datafusion_lakecache::testkit::{ContentETags, CountingStore, LatencyStore};
 use datafusion_lakecache::{LakeCache, testkit};
 use futures::StreamExt;
 use object_store::memory::InMemory;
@@ -28,11 +28,20 @@ pub async fn memory_lake(spec: &LakeSpec) -> Result<(Arc<InMemory>, u64)> {
 /// A simulated remote store, counted: what reaches it is counted.
 pub type Remote = CountingStore<Arc<dyn ObjectStore>>;
 
-/// `store` behind `latency` per real request and a link of `bandwidth` bytes per second,
+/// `store` as S3 shows it: e_tags that are digests of the bytes (learned before anything is
+/// measured), behind `latency` per real request and a link of `bandwidth` bytes per second,
 /// counted (the counts are the requests a remote store would see).
-pub fn remote(store: Arc<dyn ObjectStore>, latency: Duration, bandwidth: u64) -> Arc<Remote> {
-    let slow = LatencyStore::new(store, latency).with_bandwidth(bandwidth);
-    Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>))
+pub async fn remote(
+    store: Arc<dyn ObjectStore>,
+    latency: Duration,
+    bandwidth: u64,
+) -> Result<Arc<Remote>> {
+    let s3_like = ContentETags::new(store);
+    s3_like.learn(None).await?;
+    let slow = LatencyStore::new(s3_like, latency).with_bandwidth(bandwidth);
+    Ok(Arc::new(CountingStore::new(
+        Arc::new(slow) as Arc<dyn ObjectStore>
+    )))
 }
 
 /// The value after `--name` on the command line, or `default`.

@@ -15,7 +15,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::prelude::SessionConfig;
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{
-    CountingStore, LakeLocation, LatencyStore, RequestCounts, query,
+    ContentETags, CountingStore, LakeLocation, LatencyStore, RequestCounts, query,
 };
 use datafusion_lakecache::{LakeCache, LakeStats};
 use object_store::ObjectStore;
@@ -68,7 +68,7 @@ pub struct DemoArgs {
     runs: u64,
 }
 
-type Remote = CountingStore<LatencyStore<LocalFileSystem>>;
+type Remote = CountingStore<LatencyStore<ContentETags<LocalFileSystem>>>;
 
 /// The lake and the simulated store in front of it.
 struct Setup {
@@ -79,10 +79,12 @@ struct Setup {
 }
 
 impl Setup {
-    /// A new counted remote store over the lake.
-    fn remote(&self) -> Result<Arc<Remote>> {
-        let fs = LocalFileSystem::new_with_prefix(self.dir.path())?;
-        let slow = LatencyStore::new(fs, self.latency).with_bandwidth(self.bandwidth);
+    /// A new counted remote store over the lake, with e_tags that are digests of the bytes
+    /// as S3's are (learned before anything is timed).
+    async fn remote(&self) -> Result<Arc<Remote>> {
+        let s3_like = ContentETags::new(LocalFileSystem::new_with_prefix(self.dir.path())?);
+        s3_like.learn(None).await?;
+        let slow = LatencyStore::new(s3_like, self.latency).with_bandwidth(self.bandwidth);
         Ok(Arc::new(CountingStore::new(slow)))
     }
 
@@ -187,7 +189,7 @@ async fn compare(
             .range_disk(disk.path(), 1 << 30)
             .build()
     };
-    let plain_store = setup.remote()?;
+    let plain_store = setup.remote().await?;
     let plain = runs(
         &setup.location(table, plain_store.clone(), None),
         &plain_store,
@@ -196,7 +198,7 @@ async fn compare(
     )
     .await?;
     let lake = cache()?;
-    let lake_store = setup.remote()?;
+    let lake_store = setup.remote().await?;
     let cached = runs(
         &setup.location(table, lake_store.clone(), Some(lake.clone())),
         &lake_store,
@@ -209,7 +211,7 @@ async fn compare(
     lake.flush().await;
     drop(lake);
     let restarted = cache()?;
-    let restarted_store = setup.remote()?;
+    let restarted_store = setup.remote().await?;
     let after_restart = runs(
         &setup.location(table, restarted_store.clone(), Some(restarted.clone())),
         &restarted_store,

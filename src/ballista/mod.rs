@@ -3,8 +3,10 @@
 //!
 //! - Each executor process keeps one `LakeCache`: its runtime producer hands every session
 //!   the same runtime, whose object stores are wrapped in `CachingObjectStore`s (handle and
-//!   range caching, an optional disk tier) and whose `FileMetadataCache` is the index cache.
-//!   Ballista makes a runtime per session (and a memory pool per task) from it, keeping both.
+//!   range caching, an optional disk tier; one identity per store, so what a store has shown
+//!   it can read holds for every session) and DataFusion's footer cache one of the process's
+//!   own. Ballista makes a runtime per session (and a memory pool per task) from it, keeping
+//!   both.
 //! - A Parquet scan arrives at an executor as a protobuf plan, restricted to the task's file
 //!   groups, and is decoded with DataFusion's own reader. The physical codec
 //!   ([`codec::LakePhysicalCodec`]) gives it the lake reader and its prefetcher as it decodes,
@@ -87,8 +89,8 @@ impl LakeBallista {
         &self.lake
     }
 
-    /// The runtime every session of this process gets: the caching store registry and the
-    /// index cache as DataFusion's `FileMetadataCache`.
+    /// The runtime every session of this process gets: the caching store registry and
+    /// DataFusion's own footer and statistics caches (`LakeCache::cache_manager_config`).
     pub fn runtime(&self) -> Arc<RuntimeEnv> {
         Arc::clone(&self.runtime)
     }

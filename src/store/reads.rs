@@ -103,9 +103,9 @@ impl StoreReads {
     }
 
     /// Versioned reads over a store this crate did not wrap (found neither in the session's
-    /// registry nor the directory): guarded and checked, footers in the index cache (served
-    /// once the store has shown it can read them), nothing recorded in the handle or range
-    /// cache for it.
+    /// registry nor the directory), with the identity of that store instance: guarded and
+    /// checked, footers in the index cache (served once the store has shown it can read
+    /// them), the versions it shows recorded for its identity, no bytes kept.
     pub(crate) fn foreign(inner: Arc<dyn ObjectStore>, store: StoreKey, caches: &Caches) -> Self {
         let identity = caches.directory.identity_of(&inner);
         Self::build(inner, store, identity, caches.clone(), false, None)
