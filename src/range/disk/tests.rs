@@ -343,13 +343,19 @@ fn an_objects_directory_goes_with_its_last_entry() {
     let tier = DiskTier::open(dir.path(), 3_000).unwrap();
     let (a, b) = (version("a.parquet", "1"), version("b.parquet", "1"));
     tier.write(&a, 0, &Bytes::from(vec![1u8; 1000]));
-    let a_dir = entry_file(&tier, &a, 0, 1000).parent().unwrap().to_path_buf();
+    let a_dir = entry_file(&tier, &a, 0, 1000)
+        .parent()
+        .unwrap()
+        .to_path_buf();
     assert!(a_dir.exists());
     // Over capacity: a's entry is evicted, and its directory with it.
     tier.write(&b, 0, &Bytes::from(vec![1u8; 1000]));
     tier.write(&b, 1000, &Bytes::from(vec![1u8; 1000]));
     assert!(tier.read(&a, 0..1000).is_none());
-    assert!(!a_dir.exists(), "an empty object directory is not left behind");
+    assert!(
+        !a_dir.exists(),
+        "an empty object directory is not left behind"
+    );
     // And a write after it made the directory again.
     tier.write(&a, 0, &Bytes::from(vec![2u8; 10]));
     assert_eq!(tier.read(&a, 0..10).unwrap().len(), 10);
