@@ -19,6 +19,7 @@ use crate::config::{Settings, setting_table};
 use crate::handle::HandleCache;
 use crate::index::IndexCache;
 use crate::object::{ObjectId, StoreKey};
+use crate::prefetch::FooterWarmup;
 use crate::range::RangeCache;
 use crate::sql::{Clearing, StatsSource};
 use crate::stats::{Activity, LakeStats};
@@ -294,12 +295,17 @@ impl LakeCacheBuilder {
         }
         let s = self.settings;
         s.validate()?;
-        let caches = Caches::new(
+        let index = IndexCache::try_new(s.index.clone())?;
+        let mut caches = Caches::new(
             HandleCache::try_new(s.handle.clone())?,
-            IndexCache::try_new(s.index.clone())?,
+            index.clone(),
             RangeCache::try_new(s.range.clone())?,
         )
         .hedging(s.store.hedge);
+        if s.index.enabled && s.index.on_listing {
+            let warmup = FooterWarmup::new(s.prefetch.clone(), index);
+            caches = caches.after_listing(Arc::new(warmup));
+        }
         Ok(LakeCache {
             scans: ScanCaches {
                 caches,

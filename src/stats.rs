@@ -139,6 +139,9 @@ pub struct IndexStats {
     /// Loads a waiter made again with its own store, after the load it joined failed on
     /// another store identity's error.
     pub reloads: u64,
+    /// Footers loaded (or proven) for a listing before it ended, so that registering or
+    /// scanning a table found them cached (`lakecache.index.on_listing`).
+    pub warmed: u64,
 }
 
 /// Figures of the range cache.
@@ -306,6 +309,7 @@ impl LakeStats {
             ("index.bloom", "bytes", self.index.bloom_bytes),
             ("index", "loads_in_flight", self.index.loads_in_flight),
             ("index", "reloads", self.index.reloads),
+            ("index", "warmed", self.index.warmed),
         ]);
         let r = &self.ranges;
         rows.extend([

@@ -65,10 +65,12 @@ async fn repeated_scans_of_a_remote_lake_make_no_requests() {
                 assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
                 let gets = counted.counts().get;
                 eprintln!("{}: run {run}: {gets} GETs: {sql}", b.name);
-                assert_eq!(
-                    gets,
-                    0,
-                    "{}: run {run}: {sql}: {:?}",
+                // Registration read the footers; each query's first run reads the columns it
+                // reads of each file once (one request per file), its second none.
+                let most = if run == 0 { files as u64 } else { 0 };
+                assert!(
+                    gets <= most,
+                    "{}: run {run}: {gets} GETs: {sql}: {:?}",
                     b.name,
                     lake.stats().ranges
                 );
@@ -230,16 +232,19 @@ async fn explain_analyze_shows_where_the_bytes_came_from() {
         let sql = format!("EXPLAIN ANALYZE {sql}");
         async move { rows(&ctx, &sql).await.unwrap().join("\n") }
     };
-    // The files were read whole when the table was created: every byte from memory.
+    // Registration read the footers; the first scan reads the data from the store, the
+    // next one every byte from memory.
+    let first = explain(WORKLOAD[2]).await;
+    assert!(!first.contains("bytes_from_store=0"), "{first}");
     let text = explain(WORKLOAD[2]).await;
     for metric in ["bytes_from_store=0", "bytes_from_disk=0"] {
         assert!(text.contains(metric), "{metric} in:\n{text}");
     }
     assert!(!text.contains("bytes_from_memory=0"), "{text}");
-    // After clearing, the scan fetches from the store, and the next one reads memory again.
+    // After clearing, the scan fetches from the store (all but the end of each file, which
+    // the listing's footer reads brought), and the next one reads memory again.
     lake.clear();
     let cold = explain(WORKLOAD[2]).await;
-    assert!(cold.contains("bytes_from_memory=0"), "{cold}");
     assert!(!cold.contains("bytes_from_store=0"), "{cold}");
     let warm = explain(WORKLOAD[2]).await;
     assert!(warm.contains("bytes_from_store=0"), "{warm}");

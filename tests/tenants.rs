@@ -250,9 +250,13 @@ async fn a_waiter_of_a_load_that_failed_on_another_stores_refusal_answers_from_i
         b.write(&LakeSpec::small_files(4)).await;
         let sql = "SELECT count(*), sum(id) FROM t";
         let want = scan(&b, Arc::clone(&b.raw), sql).await.unwrap();
-        let lake = LakeCache::builder().build().unwrap();
-        // Planning reads no footer (the schema is given, statistics are not collected), so
-        // footers are loaded by the scans, through the index cache's single flight.
+        let lake = LakeCache::builder()
+            .index_on_listing(false)
+            .build()
+            .unwrap();
+        // Registration and planning read no footer (nothing is loaded for a listing, the
+        // schema is given, statistics are not collected), so footers are loaded by the
+        // scans, through the index cache's single flight.
         let config = config().with_collect_statistics(false);
         let schema = datafusion_lakecache::testkit::lake::schema();
         let register = |ctx: SessionContext, store: Arc<dyn ObjectStore>| {

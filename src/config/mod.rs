@@ -84,6 +84,8 @@ macro_rules! setting_table {
                 max_entry_percent: u8 = 25, Count { min: 1, max: 100 },
                     "lakecache.index.max_entry_percent", index_max_entry_percent, Shared,
                     "An index entry above this share of the capacity (in percent) is not kept.";
+                on_listing: bool = true, Flag, "lakecache.index.on_listing", index_on_listing, Shared,
+                    "Whether a listing's Parquet files have their footers loaded before the listing ends, all at once within the prefetch ceiling and budget: registering a table then takes one round trip for its footers, not one per 32 files.";
             }
             /// Settings of prefetching. The number of downloads in flight is not a setting: it
             /// grows while the aggregate throughput still rises, then holds 1.5 x the link's

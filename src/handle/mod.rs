@@ -276,8 +276,15 @@ impl HandleCache {
             Some(cached) if version(&cached).matches(meta) => {
                 if !version(&cached).pins_bytes() && version(meta).pins_bytes() {
                     // Learn the validator a listing left out: reads of the object can then be
-                    // guarded by it (and its bytes kept).
-                    self.inner.metas.insert(seen, meta.clone());
+                    // guarded by it (and its bytes kept). The listing's time stays, as
+                    // DataFusion compares its cached entries with what its listing showed
+                    // (a GET's time may be cut to the second where the listing's is not).
+                    let learned = ObjectMeta {
+                        e_tag: meta.e_tag.clone(),
+                        version: meta.version.clone(),
+                        ..cached
+                    };
+                    self.inner.metas.insert(seen, learned);
                 }
                 None
             }

@@ -115,6 +115,8 @@ struct Inner {
     rejected: AtomicU64,
     /// Loads that failed for another identity and were made again by a waiter.
     reloads: AtomicU64,
+    /// Footers loaded (or proven) for a listing before it ended.
+    warmed: AtomicU64,
 }
 
 impl IndexCache {
@@ -148,6 +150,7 @@ impl IndexCache {
                 bloom_loads: AtomicU64::new(0),
                 rejected: AtomicU64::new(0),
                 reloads: AtomicU64::new(0),
+                warmed: AtomicU64::new(0),
             }),
         })
     }
@@ -179,6 +182,7 @@ impl IndexCache {
             bloom_bytes,
             loads_in_flight: lock(&i.loading).len() as u64,
             reloads: i.reloads.load(Relaxed),
+            warmed: i.warmed.load(Relaxed),
         }
     }
 
@@ -273,6 +277,21 @@ impl IndexCache {
             .parquet_metadata();
         (footer.column_index().is_some() && footer.offset_index().is_some())
             .then(|| Arc::clone(footer))
+    }
+
+    /// Keeps `footer` as `version`'s, read by a load outside the single flight (a version a
+    /// listing named by size and time, pinned by the load's first response).
+    pub(crate) fn keep_footer(&self, version: &ObjectVersion, footer: Arc<ParquetMetaData>) {
+        let key = IndexKey::Footer(version.clone());
+        if self.inner.entries.get(&key).is_none() {
+            self.inner.footer_loads.fetch_add(1, Relaxed);
+            self.admit(&key, IndexEntry::Footer(footer));
+        }
+    }
+
+    /// Counts a footer loaded (or proven) for a listing before it ended.
+    pub(crate) fn note_warmed(&self) {
+        self.inner.warmed.fetch_add(1, Relaxed);
     }
 
     /// The cached footer of `version`, if present, without loading it.

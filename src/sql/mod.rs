@@ -6,6 +6,7 @@
 //! - `stats_function.rs`: `lakecache_stats()`, `lakecache_metrics()`, `lakecache_clear()`.
 
 mod catalog;
+mod footers;
 mod registry;
 mod stats_function;
 
@@ -23,6 +24,7 @@ use stats_function::{LakeStatsFunction, StatsTable};
 use crate::config::{Installed, LakeOptions};
 use crate::table::{LakeQueryPlanner, LakeTableFactory, ScanCaches};
 use catalog::LakeCatalogList;
+use footers::SessionFooters;
 pub(crate) use registry::LakeObjectStoreRegistry;
 
 /// Makes the session built from `builder` use `scans`; see `LakeCache::install`.
@@ -38,6 +40,13 @@ pub(crate) fn install(
     };
     let registry =
         LakeObjectStoreRegistry::new(Arc::clone(&runtime.object_store_registry), &scans.caches);
+    // DataFusion's planning takes footers from the shared index cache for the files the
+    // session's own stores proved.
+    let mut cache_manager = cache_manager;
+    if let Some(own) = cache_manager.file_metadata_cache.take() {
+        let footers = SessionFooters::new(own, registry.stores(), &scans.caches);
+        cache_manager = cache_manager.with_file_metadata_cache(Some(Arc::new(footers)));
+    }
     let runtime = RuntimeEnvBuilder::from_runtime_env(&runtime)
         .with_cache_manager(cache_manager)
         .with_object_store_registry(Arc::new(registry))

@@ -8,7 +8,7 @@
 //! caches.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreRegistry;
@@ -16,6 +16,7 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use url::Url;
 
+use super::footers::SessionStores;
 use crate::object::StoreKey;
 use crate::store::{Caches, CachingObjectStore};
 
@@ -25,7 +26,7 @@ pub(crate) struct LakeObjectStoreRegistry {
     inner: Arc<dyn ObjectStoreRegistry>,
     caches: Caches,
     /// The wrapper of each store, by the namespace it serves: one per registration.
-    wrapped: RwLock<HashMap<StoreKey, Arc<dyn ObjectStore>>>,
+    wrapped: SessionStores,
 }
 
 impl LakeObjectStoreRegistry {
@@ -34,8 +35,13 @@ impl LakeObjectStoreRegistry {
         Self {
             inner,
             caches: caches.clone(),
-            wrapped: RwLock::default(),
+            wrapped: Arc::default(),
         }
+    }
+
+    /// The wrappers of the stores the session registered (as they are registered).
+    pub(crate) fn stores(&self) -> SessionStores {
+        Arc::clone(&self.wrapped)
     }
 
     fn wrap(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {

@@ -6,21 +6,48 @@
 //! Listings of a table log ([`listing_changes`]) always come from the store, since they show
 //! new commits; what they show is still recorded.
 //!
+//! A listing that shows Parquet files is, as likely as not, one a table is registered or
+//! scanned with, and the footers of every file it shows are read next, 32 at a time by
+//! DataFusion. So before a listing streamed from the store ends, the layers above may load
+//! those footers, all at once ([`AfterListing`], installed with the `LakeCache`): the
+//! reads that follow find them cached.
+//!
 //! A listing races with writes: a page fetched before a write through the wrapper but
 //! consumed after it shows the old version. Every record therefore carries the cache's
 //! invalidation epoch from when the listing began; after an invalidation, the rest of that
 //! listing is passed through but recorded nowhere.
 
 use std::future::Future;
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta, Result};
+use tokio::sync::watch;
 
 use super::StoreReads;
 use super::reads::naming;
 use crate::handle::{ListKey, ListKind, Listing};
 use crate::object::listing_changes;
+
+/// What the layers above do with the Parquet files a listing showed, before its end is
+/// handed on: the prefetch layer loads their footers (`crate::prefetch::FooterWarmup`).
+pub(crate) trait AfterListing: std::fmt::Debug + Send + Sync {
+    /// Runs once a listing made through `reads` ends, with the Parquet files it showed; the
+    /// listing ends for its consumer when the future does. Failures are not the listing's:
+    /// whoever reads a file later meets them.
+    fn listed(&self, reads: StoreReads, files: Vec<ObjectMeta>) -> BoxFuture<'static, ()>;
+}
+
+/// Whether a table of Parquet files would read `meta` (its name ends in `.parquet`).
+fn is_parquet(meta: &ObjectMeta) -> bool {
+    meta.size > 0
+        && meta
+            .location
+            .filename()
+            .is_some_and(|n| n.to_ascii_lowercase().ends_with(".parquet"))
+}
 
 impl StoreReads {
     fn list_key(&self, prefix: Option<&Path>, kind: ListKind) -> ListKey {
@@ -33,12 +60,12 @@ impl StoreReads {
     }
 
     /// A recursive listing of `prefix` (after `offset`, if given): from the cache, or from
-    /// `listing` (called only on a miss) while recording it.
+    /// the store while recording it. A listing of the same prefix already under way is
+    /// waited for, then taken from the cache.
     pub(super) fn list(
         &self,
         prefix: Option<&Path>,
         offset: Option<&Path>,
-        listing: impl FnOnce() -> BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
         let kind = match offset {
             Some(o) => ListKind::After(o.clone()),
@@ -50,9 +77,39 @@ impl StoreReads {
         if !changes && let Some(cached) = handles.listing(&key) {
             return stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed();
         }
-        let what = format!("listing {}", prefix.map_or("", |p| p.as_ref()));
-        let listing = listing().map(move |item| item.map_err(|e| naming(e, &what)));
-        self.recording((!changes).then_some(key), listing.boxed())
+        let fresh = {
+            let inner = Arc::clone(&self.inner().inner);
+            let (prefix, offset) = (prefix.cloned(), offset.cloned());
+            move || {
+                let what = format!("listing {}", prefix.as_ref().map_or("", |p| p.as_ref()));
+                let listing = match &offset {
+                    Some(o) => inner.list_with_offset(prefix.as_ref(), o),
+                    None => inner.list(prefix.as_ref()),
+                };
+                listing
+                    .map(move |item| item.map_err(|e| naming(e, &what)))
+                    .boxed()
+            }
+        };
+        if changes {
+            return self.recording(None, fresh());
+        }
+        let Some(mut under_way) = self.listing_under_way(&key) else {
+            return self.recording(Some(key), fresh());
+        };
+        // Another listing of this prefix is under way (or one its consumer stopped reading is
+        // read to its end, as DataFusion reads ten files of a table to find its partitions,
+        // then lists it again): wait for it, then take what it recorded.
+        let this = self.clone();
+        stream::once(async move {
+            let _ = under_way.wait_for(|ended| *ended).await;
+            match this.caches().handles.listing(&key) {
+                Some(cached) => stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed(),
+                None => this.recording(Some(key), fresh()),
+            }
+        })
+        .flatten()
+        .boxed()
     }
 
     /// A delimited listing of `prefix`: from the cache, or from `listing` (called only on a
@@ -89,55 +146,175 @@ impl StoreReads {
     }
 
     /// Passes a listing through while recording what it shows; with a `key`, a listing that
-    /// completes without error and without an invalidation since it began is cached.
+    /// completes without error and without an invalidation since it began is cached. If its
+    /// consumer stops reading it early, the rest is read in the background (as long as it
+    /// can still be cached or its files' footers loaded), so the listing that follows finds
+    /// it cached.
     fn recording(
         &self,
         key: Option<ListKey>,
         listing: BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        struct State {
-            listing: BoxStream<'static, Result<ObjectMeta>>,
-            reads: StoreReads,
-            seen: Option<Vec<ObjectMeta>>,
-            key: Option<ListKey>,
-            epoch: u64,
-        }
-        let state = State {
+        // Never for a table log's listings (no key): they are read as the log says.
+        let warm = key.is_some() && self.caches().after_listing.is_some();
+        let under_way = key.as_ref().map(|k| self.start_listing(k));
+        let state = Recording {
             listing,
             reads: self.clone(),
             seen: key.as_ref().map(|_| Vec::new()),
+            parquet: warm.then(Vec::new),
             key,
             epoch: self.caches().handles.epoch(),
+            under_way,
+            ended: false,
         };
         stream::unfold(state, |mut s| async move {
-            let handles = &s.reads.caches().handles;
             match s.listing.next().await {
                 Some(Ok(meta)) => {
-                    s.reads.observe_listed(&meta, s.epoch);
-                    match &mut s.seen {
-                        Some(seen) if handles.listing_fits(seen.len() + 1) => {
-                            seen.push(meta.clone())
-                        }
-                        _ => s.seen = None,
-                    }
+                    s.saw(&meta);
                     Some((Ok(meta), s))
                 }
                 Some(Err(e)) => {
-                    s.seen = None;
+                    s.failed();
                     Some((Err(e), s))
                 }
                 None => {
-                    if let (Some(objects), Some(key)) = (s.seen.take(), s.key.take()) {
-                        let listing = Listing {
-                            objects,
-                            common_prefixes: vec![],
-                        };
-                        handles.record_listing(key, listing, s.epoch);
-                    }
+                    s.end().await;
                     None
                 }
             }
         })
         .boxed()
+    }
+
+    /// A listing of `key` under way, if there is one: its end is signalled on the receiver.
+    fn listing_under_way(&self, key: &ListKey) -> Option<watch::Receiver<bool>> {
+        let map = self.listings().lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).cloned()
+    }
+
+    /// Notes that a listing of `key` is under way, until the returned sender is dropped or
+    /// signals its end.
+    fn start_listing(&self, key: &ListKey) -> UnderWay {
+        let (ended, receiver) = watch::channel(false);
+        let mut map = self.listings().lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(key.clone(), receiver.clone());
+        UnderWay { ended, receiver }
+    }
+}
+
+/// A listing under way, and how whoever waits for it learns it ended.
+struct UnderWay {
+    ended: watch::Sender<bool>,
+    receiver: watch::Receiver<bool>,
+}
+
+/// The state of a listing being passed through and recorded.
+struct Recording {
+    listing: BoxStream<'static, Result<ObjectMeta>>,
+    reads: StoreReads,
+    /// Everything shown so far, while it can still be cached.
+    seen: Option<Vec<ObjectMeta>>,
+    /// The Parquet files shown so far, for [`AfterListing`] (`None`: not asked).
+    parquet: Option<Vec<ObjectMeta>>,
+    key: Option<ListKey>,
+    epoch: u64,
+    under_way: Option<UnderWay>,
+    ended: bool,
+}
+
+impl Recording {
+    fn saw(&mut self, meta: &ObjectMeta) {
+        self.reads.observe_listed(meta, self.epoch);
+        let handles = &self.reads.caches().handles;
+        match &mut self.seen {
+            Some(seen) if handles.listing_fits(seen.len() + 1) => seen.push(meta.clone()),
+            _ => self.seen = None,
+        }
+        // As many as metadata entries are kept: a larger listing's footers would not stay
+        // cached for the reads that follow anyway.
+        match &mut self.parquet {
+            Some(files) if !handles.listing_fits(files.len() + 1) => self.parquet = None,
+            Some(files) if is_parquet(meta) => files.push(meta.clone()),
+            _ => {}
+        }
+    }
+
+    fn failed(&mut self) {
+        self.seen = None;
+        self.parquet = None;
+    }
+
+    /// The listing ended: it is cached, its Parquet files' footers loaded, and whoever waits
+    /// for it told.
+    async fn end(&mut self) {
+        let handles = self.reads.caches().handles.clone();
+        if let (Some(objects), Some(key)) = (self.seen.take(), self.key.take()) {
+            let listing = Listing {
+                objects,
+                common_prefixes: vec![],
+            };
+            handles.record_listing(key, listing, self.epoch);
+        }
+        let hook = self.reads.caches().after_listing.clone();
+        if let (Some(hook), Some(files)) = (hook, self.parquet.take())
+            && !files.is_empty()
+        {
+            hook.listed(self.reads.clone(), files).await;
+        }
+        self.ended = true;
+        self.signal();
+    }
+
+    /// Tells whoever waits for this listing that it ended (or was given up).
+    fn signal(&mut self) {
+        let Some(under_way) = self.under_way.take() else {
+            return;
+        };
+        under_way.ended.send_replace(true);
+        let mut map = self
+            .reads
+            .listings()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, r| !r.same_channel(&under_way.receiver));
+    }
+
+    /// Reads the rest of the listing, recording it, while that can still be of use.
+    async fn drain(mut self) {
+        while self.seen.is_some() || self.parquet.is_some() {
+            match self.listing.next().await {
+                Some(Ok(meta)) => self.saw(&meta),
+                Some(Err(_)) => self.failed(),
+                None => break,
+            }
+        }
+        self.end().await;
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let useful = self.seen.is_some() || self.parquet.is_some();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if useful => {
+                let rest = Recording {
+                    listing: std::mem::replace(&mut self.listing, stream::empty().boxed()),
+                    reads: self.reads.clone(),
+                    seen: self.seen.take(),
+                    parquet: self.parquet.take(),
+                    key: self.key.take(),
+                    epoch: self.epoch,
+                    under_way: self.under_way.take(),
+                    ended: false,
+                };
+                runtime.spawn(rest.drain());
+            }
+            // Nobody reads it on: whoever waits for it lists for itself.
+            _ => self.signal(),
+        }
     }
 }

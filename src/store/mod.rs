@@ -44,6 +44,7 @@ use object_store::local::LocalFileSystem;
 pub use checked::{CheckedCache, MadeFor, PathKey};
 pub(crate) use hedge::Hedges;
 pub(crate) use link::{Link, Links};
+pub(crate) use listing::AfterListing;
 pub(crate) use reads::StoreReads;
 pub use wrapper::CachingObjectStore;
 
@@ -64,6 +65,8 @@ pub struct Caches {
     pub(crate) hedges: Arc<Hedges>,
     /// What each store's link has shown the prefetcher.
     pub(crate) links: Links,
+    /// What is done with the Parquet files a listing shows before it ends (footers loaded).
+    pub(crate) after_listing: Option<Arc<dyn AfterListing>>,
 }
 
 impl AsRef<Caches> for Caches {
@@ -82,6 +85,15 @@ impl Caches {
             directory: Directory::default(),
             hedges: Arc::default(),
             links: Links::default(),
+            after_listing: None,
+        }
+    }
+
+    /// The caches, with `hook` run on the Parquet files a listing shows before it ends.
+    pub(crate) fn after_listing(self, hook: Arc<dyn AfterListing>) -> Self {
+        Self {
+            after_listing: Some(hook),
+            ..self
         }
     }
 

@@ -77,6 +77,8 @@ pub(crate) struct ReadsInner {
     hedger: Hedger,
     /// HEADs proving access, by version: reads of one version wait for one HEAD.
     proving: Mutex<HashMap<ObjectVersion, Proving>>,
+    /// Listings under way, by what they list: a listing of the same prefix waits for one.
+    listings: Mutex<HashMap<crate::handle::ListKey, watch::Receiver<bool>>>,
 }
 
 impl std::fmt::Debug for StoreReads {
@@ -131,6 +133,7 @@ impl StoreReads {
                 if_match: AtomicBool::new(true),
                 hedger,
                 proving: Mutex::default(),
+                listings: Mutex::default(),
             }),
             Naming::Store,
         )
@@ -138,6 +141,13 @@ impl StoreReads {
 
     pub(super) fn from_inner(inner: Arc<ReadsInner>) -> Self {
         Self(inner, Naming::Store)
+    }
+
+    /// The listings under way through these reads (`listing.rs`).
+    pub(super) fn listings(
+        &self,
+    ) -> &Mutex<HashMap<crate::handle::ListKey, watch::Receiver<bool>>> {
+        &self.0.listings
     }
 
     /// These reads for a plan whose files a table log names (see [`Naming::Log`]): their
@@ -336,6 +346,21 @@ impl StoreReads {
         handles.meta(&self.seen(path), |m| {
             handles.proven(&self.0.identity, &self.version(m))
         })
+    }
+
+    /// The metadata this identity recorded of `path` and the decoded footer of that version,
+    /// if the index cache holds it and this store has proven the version.
+    pub(crate) fn cached_footer(
+        &self,
+        path: &Path,
+    ) -> Option<(ObjectMeta, Arc<parquet::file::metadata::ParquetMetaData>)> {
+        let meta = self.0.caches.handles.peek(&self.seen(path))?;
+        let version = self.version(&meta);
+        if !self.proven(&version) {
+            return None;
+        }
+        let footer = self.0.caches.index.cached_metadata(&version)?;
+        Some((meta, footer))
     }
 
     /// Whether the range cache holds every byte of `range` of `version`.

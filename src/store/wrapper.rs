@@ -396,7 +396,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.reads.list(prefix, None, || self.inner.list(prefix))
+        self.reads.list(prefix, None)
     }
 
     fn list_with_offset(
@@ -404,8 +404,7 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let listing = || self.inner.list_with_offset(prefix, offset);
-        self.reads.list(prefix, Some(offset), listing)
+        self.reads.list(prefix, Some(offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {

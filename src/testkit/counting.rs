@@ -64,6 +64,9 @@ struct Counters {
     bytes: AtomicU64,
     /// Every GET: the object and the range asked for.
     gets: Mutex<Vec<(Path, Option<GetRange>)>>,
+    /// GETs and HEADs waiting for their response now, and the most there were at once.
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
 }
 
 /// Wraps a store and counts each request that reaches it.
@@ -117,10 +120,22 @@ impl<S: ObjectStore> CountingStore<S> {
         self.counters.bytes.load(Relaxed)
     }
 
+    /// The most GETs and HEADs that waited for their response at once since the last reset.
+    pub fn peak_in_flight(&self) -> u64 {
+        self.counters.peak_in_flight.load(Relaxed)
+    }
+
     /// Sets every count back to zero and empties the GET log.
     pub fn reset(&self) {
         let c = &self.counters;
-        for counter in [&c.head, &c.get, &c.list, &c.write, &c.bytes] {
+        for counter in [
+            &c.head,
+            &c.get,
+            &c.list,
+            &c.write,
+            &c.bytes,
+            &c.peak_in_flight,
+        ] {
             counter.store(0, Relaxed);
         }
         self.log().clear();
@@ -167,7 +182,12 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
             self.log().push((location.clone(), options.range.clone()));
         }
         let head = options.head;
-        let result = self.inner.get_opts(location, options).await?;
+        let c = &self.counters;
+        let now = c.in_flight.fetch_add(1, Relaxed) + 1;
+        c.peak_in_flight.fetch_max(now, Relaxed);
+        let result = self.inner.get_opts(location, options).await;
+        c.in_flight.fetch_sub(1, Relaxed);
+        let result = result?;
         if !head {
             let bytes = result.range.end.saturating_sub(result.range.start);
             self.counters.bytes.fetch_add(bytes, Relaxed);

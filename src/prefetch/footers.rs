@@ -1,0 +1,161 @@
+//! [`FooterWarmup`]: the footers of the Parquet files a listing showed, loaded before the
+//! listing ends (`crate::store::AfterListing`).
+//!
+//! Registering a table lists it, then reads every file's footer for its schema and
+//! statistics: DataFusion reads 32 at a time (`meta_fetch_concurrency`), so 200 files cost 7
+//! round trips, and with its 512 KiB `metadata_size_hint` a small file is downloaded whole.
+//! Here every footer is loaded at once into the index cache, one request each, within the
+//! prefetch ceiling (`max_in_flight`) and budget (`max_bytes`), so registration costs one
+//! LIST and one round of footer reads, and the reads DataFusion makes next find them cached.
+//!
+//! How many at once, before anything is measured: a footer read is one small response, so
+//! the link's bandwidth-delay product asks for as many of them in flight as there are bytes
+//! of it per footer (about 50 of 64 KiB on 1 Gbit/s at 25 ms); sending all of them at once
+//! is never slower than that, only bounded by what a scan may have in flight (its ceiling
+//! and its budget). The link's bandwidth then paces the responses, as it must.
+//!
+//! What is read of each file: the footer and page index only (the last bytes, as many as
+//! the largest footer of the store seen so far needs, 64 KiB to begin with), not a small
+//! file whole: a selective query reads a few files' data, and a full scan's data comes with
+//! the scan, at link speed (figures in `docs/benchmarks.md`, "First contact").
+//!
+//! A footer the index cache holds already (another identity loaded it) is proven with one
+//! HEAD instead, in the same round. Failures are left to the reads that follow: a store that
+//! refuses a read refuses it again when DataFusion asks.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{self, StreamExt};
+use object_store::ObjectMeta;
+
+use crate::config::PrefetchConfig;
+use crate::index::IndexCache;
+use crate::index::footer::load_footer;
+use crate::object::StoreKey;
+use crate::store::{AfterListing, StoreReads};
+
+/// Bytes read from a file's end for its footer before the store has shown a larger one.
+const FIRST_FOOTER_READ: u64 = 64 << 10;
+/// At most this much is read from a file's end in one request, however large footers got.
+const MOST_FOOTER_READ: u64 = 16 << 20;
+/// Stores whose footer sizes are remembered; past this many, they start over.
+const MAX_STORES: usize = 1024;
+
+/// Loads the footers of listed Parquet files; see the module docs.
+#[derive(Debug)]
+pub(crate) struct FooterWarmup {
+    config: PrefetchConfig,
+    index: IndexCache,
+    /// The most bytes a footer (with its page index) of each store needed so far.
+    needed: Arc<Mutex<HashMap<StoreKey, u64>>>,
+}
+
+impl FooterWarmup {
+    /// Loads into `index`, within `config`'s ceiling and budget.
+    pub(crate) fn new(config: PrefetchConfig, index: IndexCache) -> Self {
+        Self {
+            config,
+            index,
+            needed: Arc::default(),
+        }
+    }
+}
+
+impl AfterListing for FooterWarmup {
+    fn listed(&self, reads: StoreReads, files: Vec<ObjectMeta>) -> BoxFuture<'static, ()> {
+        let (index, needed) = (self.index.clone(), Arc::clone(&self.needed));
+        let read_from_end = needed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(reads.store_key())
+            .copied()
+            .unwrap_or(FIRST_FOOTER_READ);
+        let at_once = (self.config.max_bytes / read_from_end.max(1)).max(1) as usize;
+        let at_once = at_once.min(self.config.max_in_flight);
+        async move {
+            stream::iter(files)
+                .map(|meta| warm(&reads, &index, meta, read_from_end))
+                .buffer_unordered(at_once)
+                .for_each(|footer| {
+                    if let Some(bytes) = footer {
+                        index.note_warmed();
+                        remember(&needed, reads.store_key(), bytes);
+                    }
+                    async {}
+                })
+                .await
+        }
+        .boxed()
+    }
+}
+
+/// Loads (or proves) the footer of `meta` through `reads`, reading `read_from_end` bytes
+/// first. Returns the bytes from the file's end its footer and page index took (0 if it was
+/// held already), or `None` if it could not be had.
+async fn warm(
+    reads: &StoreReads,
+    index: &IndexCache,
+    meta: ObjectMeta,
+    read_from_end: u64,
+) -> Option<u64> {
+    let version = reads.completed(&reads.version_of(&meta, None));
+    let version = match version.pins_bytes() {
+        true => version,
+        // Known by size and time alone: one HEAD pins it if another identity's footer or
+        // bytes of the object are held; otherwise the footer's own read shows its e_tag.
+        false if reads.caches().ranges.may_hold(version.id()) => {
+            reads.pinned(&version).await.ok()?
+        }
+        false => version,
+    };
+    if index.cached_metadata(&version).is_some() {
+        reads.prove(&version).await.ok()?;
+        return Some(0);
+    }
+    let lowest = Arc::new(AtomicU64::new(u64::MAX));
+    let hint = read_from_end.min(version.size()) as usize;
+    let load = {
+        let (reads, version, lowest) = (reads.clone(), version.clone(), Arc::clone(&lowest));
+        async move {
+            let read = |range: Range<u64>| {
+                lowest.fetch_min(range.start, Relaxed);
+                let (reads, version) = (reads.clone(), version.clone());
+                async move { reads.read_one(&version, range, None).await }
+            };
+            load_footer(&version, Some(hint), read).await
+        }
+    };
+    if version.pins_bytes() {
+        let (_, found) = index
+            .metadata(&version, reads.identity(), load)
+            .await
+            .ok()?;
+        if found {
+            // Another identity's load: this store has still to show it can read the file.
+            reads.prove(&version).await.ok()?;
+        }
+    } else {
+        // Kept under the version its reads showed (guarded from the first response on).
+        let footer = load.await.ok()?;
+        let shown = reads.completed(&version);
+        index.keep_footer(&shown, footer);
+    }
+    let lowest = lowest.load(Relaxed);
+    Some(version.size().saturating_sub(lowest.min(version.size())))
+}
+
+/// Raises `store`'s remembered footer size to `bytes`.
+fn remember(needed: &Mutex<HashMap<StoreKey, u64>>, store: &StoreKey, bytes: u64) {
+    let bytes = bytes.min(MOST_FOOTER_READ);
+    let mut needed = needed.lock().unwrap_or_else(|e| e.into_inner());
+    if needed.len() >= MAX_STORES && !needed.contains_key(store) {
+        needed.clear();
+    }
+    let known = needed.entry(store.clone()).or_insert(FIRST_FOOTER_READ);
+    *known = (*known).max(bytes);
+}

@@ -1,0 +1,114 @@
+//! A lake this process has never seen: registering a table costs one LIST and one round of
+//! footer reads, all at once (DataFusion alone reads them 32 at a time, small files whole),
+//! and DataFusion's planning finds them cached. On the in-memory store and the S3 server.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{remote_backends, rows, scan};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::testkit::lake::LakeSpec;
+use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
+use object_store::{ObjectStore, ObjectStoreExt};
+
+const FILES: usize = 100;
+
+fn session(lake: &LakeCache) -> SessionContext {
+    let builder = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(SessionConfig::new().with_target_partitions(2));
+    SessionContext::new_with_state(lake.install(builder).unwrap().build())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_a_table_lists_once_and_reads_every_footer_at_once() {
+    for b in remote_backends("first_contact_register") {
+        b.write(&LakeSpec::small_files(FILES)).await;
+        let sql = "SELECT category, count(*) FROM t GROUP BY category ORDER BY category";
+        let want = scan(&b, Arc::clone(&b.raw), sql).await.unwrap();
+        let lake = LakeCache::builder().build().unwrap();
+        // Slow enough that requests sent one round after another could not overlap.
+        let slow = LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(50));
+        let counted = Arc::new(CountingStore::new(slow));
+        let ctx = session(&lake);
+        ctx.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
+        let create = format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            b.table_url()
+        );
+        ctx.sql(&create).await.unwrap();
+        let c = counted.counts();
+        let file_bytes = b
+            .raw
+            .head(&b.prefix.clone().join(LakeSpec::file_name(0)))
+            .await;
+        let file_bytes = file_bytes.unwrap().size;
+        eprintln!(
+            "{}: CREATE {c:?}, {} bytes, {} at once, {:?}",
+            b.name,
+            counted.bytes(),
+            counted.peak_in_flight(),
+            lake.stats().index
+        );
+        assert_eq!(c.list, 1, "{}: one listing: {c:?}", b.name);
+        assert_eq!(
+            c.get, FILES as u64,
+            "{}: one footer read per file: {c:?}",
+            b.name
+        );
+        assert_eq!(c.head, 0, "{}: {c:?}", b.name);
+        // All at once, not DataFusion's 32 at a time.
+        assert_eq!(counted.peak_in_flight(), FILES as u64, "{}", b.name);
+        // The footers, not the files: small files are not read whole.
+        assert!(
+            counted.bytes() < FILES as u64 * file_bytes / 2,
+            "{}: {} bytes for {FILES} files of {file_bytes}",
+            b.name,
+            counted.bytes()
+        );
+        let s = lake.stats().index;
+        assert_eq!(
+            (s.warmed, s.footer_loads),
+            (FILES as u64, FILES as u64),
+            "{}: {s:?}",
+            b.name
+        );
+        // The first query finds every footer: it reads data only.
+        counted.reset();
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}", b.name);
+        let c = counted.counts();
+        assert_eq!((c.list, c.head), (0, 0), "{}: {c:?}", b.name);
+        assert_eq!(lake.stats().index.footer_loads, FILES as u64, "{}", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_store_identity_proves_a_warm_lake_with_one_round_of_heads() {
+    for b in remote_backends("first_contact_prove") {
+        b.write(&LakeSpec::small_files(FILES)).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let create = format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            b.table_url()
+        );
+        let owner = session(&lake);
+        owner.register_object_store(&b.store_url, Arc::clone(&b.raw));
+        owner.sql(&create).await.unwrap();
+        // A store of its own over the same backend: it must prove every version it gets a
+        // hit for, which it does for all files at once, in the listing's round.
+        let slow = LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(50));
+        let counted = Arc::new(CountingStore::new(slow));
+        let other = session(&lake);
+        other.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
+        other.sql(&create).await.unwrap();
+        let c = counted.counts();
+        eprintln!("{}: {c:?}, {} at once", b.name, counted.peak_in_flight());
+        assert_eq!((c.list, c.get), (1, 0), "{}: {c:?}", b.name);
+        assert_eq!(c.head, FILES as u64, "{}: {c:?}", b.name);
+        assert_eq!(counted.peak_in_flight(), FILES as u64, "{}", b.name);
+    }
+}
