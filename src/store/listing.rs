@@ -245,9 +245,15 @@ impl Recording {
         self.parquet = None;
     }
 
-    /// The listing ended: it is cached, its Parquet files' footers loaded, and whoever waits
-    /// for it told.
+    /// The listing ended: its Parquet files' footers are loaded, then it is cached (so that
+    /// a listing served from the cache finds them loaded too), and whoever waits for it told.
     async fn end(&mut self) {
+        let hook = self.reads.caches().after_listing.clone();
+        if let (Some(hook), Some(files)) = (hook, self.parquet.take())
+            && !files.is_empty()
+        {
+            hook.listed(self.reads.clone(), files).await;
+        }
         let handles = self.reads.caches().handles.clone();
         if let (Some(objects), Some(key)) = (self.seen.take(), self.key.take()) {
             let listing = Listing {
@@ -255,12 +261,6 @@ impl Recording {
                 common_prefixes: vec![],
             };
             handles.record_listing(key, listing, self.epoch);
-        }
-        let hook = self.reads.caches().after_listing.clone();
-        if let (Some(hook), Some(files)) = (hook, self.parquet.take())
-            && !files.is_empty()
-        {
-            hook.listed(self.reads.clone(), files).await;
         }
         self.ended = true;
         self.signal();
