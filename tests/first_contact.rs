@@ -41,7 +41,10 @@ async fn registering_a_table_lists_once_and_reads_every_footer_at_once() {
             b.table_url()
         );
         ctx.sql(&create).await.unwrap();
-        let c = counted.counts();
+        let mut c = counted.counts();
+        // Hedged copies (at most one request in twenty) are counted apart.
+        let hedged = lake.stats().store.hedged;
+        c.get -= hedged;
         let file_bytes = b
             .raw
             .head(&b.prefix.clone().join(LakeSpec::file_name(0)))
@@ -62,7 +65,7 @@ async fn registering_a_table_lists_once_and_reads_every_footer_at_once() {
         );
         assert_eq!(c.head, 0, "{}: {c:?}", b.name);
         // All at once, not DataFusion's 32 at a time.
-        assert_eq!(counted.peak_in_flight(), FILES as u64, "{}", b.name);
+        assert!(counted.peak_in_flight() >= FILES as u64, "{}", b.name);
         // The footers, not the files: small files are not read whole.
         assert!(
             counted.bytes() < FILES as u64 * file_bytes / 2,
@@ -110,5 +113,64 @@ async fn a_new_store_identity_proves_a_warm_lake_with_one_round_of_heads() {
         assert_eq!((c.list, c.get), (1, 0), "{}: {c:?}", b.name);
         assert_eq!(c.head, FILES as u64, "{}: {c:?}", b.name);
         assert_eq!(counted.peak_in_flight(), FILES as u64, "{}", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_point_lookup_reads_bloom_filters_then_only_the_row_group_they_keep() {
+    for b in remote_backends("first_contact_bloom") {
+        // 20 files of 8 row groups; `name` is unique and spread over every row group's
+        // statistics, so only bloom filters rule row groups out: one row matches.
+        let files = 20;
+        b.write(&LakeSpec::small_files(files).with_row_groups_of(625))
+            .await;
+        let sql = "SELECT id, name FROM t WHERE name = 'name-012345'";
+        let create = format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+            b.table_url()
+        );
+        // DataFusion alone, and through the caches: what the query reads after CREATE.
+        let mut sides = Vec::new();
+        for cached in [false, true] {
+            let lake = LakeCache::builder().build().unwrap();
+            let counted = Arc::new(CountingStore::new(Arc::clone(&b.raw)));
+            let ctx = match cached {
+                true => session(&lake),
+                false => {
+                    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2))
+                }
+            };
+            ctx.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
+            ctx.sql(&create).await.unwrap();
+            counted.reset();
+            let got = rows(&ctx, sql).await.unwrap();
+            let gets = counted.gets();
+            sides.push((got, counted.counts(), counted.bytes(), gets, lake.stats()));
+        }
+        let (vanilla, ours) = (&sides[0], &sides[1]);
+        eprintln!(
+            "{}: vanilla {:?} {} bytes; lakecache {:?} {} bytes; index {:?}",
+            b.name, vanilla.1, vanilla.2, ours.1, ours.2, ours.4.index
+        );
+        assert_eq!(ours.0, vanilla.0, "{}: the one matching row", b.name);
+        assert_eq!(ours.0.len(), 5, "{}: {:?}", b.name, ours.0);
+        // The bloom filters were fetched ahead, then only what they keep: about the bytes
+        // DataFusion alone reads, not every row group's data.
+        assert!(
+            ours.2 as f64 <= 1.2 * vanilla.2 as f64,
+            "{}: {} bytes against vanilla's {}",
+            b.name,
+            ours.2,
+            vanilla.2
+        );
+        // And no more requests: each filter read once (a reader's own read of a filter joins
+        // its prefetch when it comes first), then the data of the one row group.
+        assert!(
+            ours.1.get <= vanilla.1.get,
+            "{}: {:?} against {:?}",
+            b.name,
+            ours.1,
+            vanilla.1
+        );
     }
 }

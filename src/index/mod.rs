@@ -289,6 +289,39 @@ impl IndexCache {
         }
     }
 
+    /// The bloom filter of (row group, column) of `version` if the cache holds it (`Some(None)`:
+    /// the chunk has none), without loading it or counting a lookup.
+    pub(crate) fn cached_bloom(
+        &self,
+        version: &ObjectVersion,
+        row_group: usize,
+        column: usize,
+    ) -> Option<Option<Bytes>> {
+        let key = IndexKey::Bloom(version.clone(), row_group, column);
+        match self.inner.entries.get(&key)? {
+            IndexEntry::Bloom(b) => Some(b),
+            IndexEntry::Footer(_) => None,
+        }
+    }
+
+    /// Keeps `filter` as the bloom filter of (row group, column) of `version`, read outside
+    /// the single flight (a prefetch of a scan's bloom filters, in one request), in a buffer
+    /// of its own.
+    pub(crate) fn keep_bloom(
+        &self,
+        version: &ObjectVersion,
+        row_group: usize,
+        column: usize,
+        filter: &Bytes,
+    ) {
+        let key = IndexKey::Bloom(version.clone(), row_group, column);
+        if self.inner.entries.get(&key).is_none() {
+            self.inner.bloom_loads.fetch_add(1, Relaxed);
+            let entry = IndexEntry::Bloom(Some(Bytes::copy_from_slice(filter)));
+            self.admit(&key, entry);
+        }
+    }
+
     /// Counts a footer loaded (or proven) for a listing before it ended.
     pub(crate) fn note_warmed(&self) {
         self.inner.warmed.fetch_add(1, Relaxed);

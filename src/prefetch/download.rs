@@ -31,7 +31,7 @@ impl Scan {
                 return;
             };
             let bytes = match work {
-                Work::Footer(_) => 0,
+                Work::Footer(_) | Work::Blooms(_) => 0,
                 Work::Unit(path, start) => state
                     .files
                     .get(path)
@@ -53,6 +53,7 @@ impl Scan {
             }
             match state.queue.remove(&key) {
                 Some(Work::Footer(path)) => self.launch_footer(state, path, runtime),
+                Some(Work::Blooms(path)) => self.launch_blooms(state, path, runtime),
                 Some(Work::Unit(path, start)) => {
                     self.launch_unit(state, &path, start, bytes, runtime);
                     if let Some(unit) = state
@@ -74,7 +75,8 @@ impl Scan {
     /// has opened (its footer, or the whole file when small), which that reader surely reads.
     fn is_guess(&self, state: &State, work: &Work) -> bool {
         let (path, whole) = match work {
-            Work::Footer(path) => (path, true),
+            // What the reader of an opened file reads first.
+            Work::Footer(path) | Work::Blooms(path) => (path, true),
             Work::Unit(path, start) => {
                 let entry = state.files.get(path);
                 let whole = entry
@@ -149,6 +151,49 @@ impl Scan {
         }
         .boxed();
         // Nothing waits on a footer load here: readers join it through the index cache.
+        drop(self.spawn_task(state, runtime, task));
+    }
+
+    /// Loads the bloom filters a file's readers consult into the index cache, a request each,
+    /// all at once (they sit after each row group's data: one coalesced read would fetch the
+    /// data between them); then queues the file's pieces, pruned by them. A filter that
+    /// failed to load leaves its row group unpruned (fetched in vain at worst) and the reader
+    /// to read it itself.
+    fn launch_blooms(self: &Arc<Self>, state: &mut State, path: Path, runtime: &Handle) {
+        let Some(entry) = state.files.get(&path) else {
+            return;
+        };
+        let Some((spans, footer)) = entry.blooms.clone() else {
+            return;
+        };
+        let version = self.reads.completed(&entry.version);
+        let scan = Arc::clone(self);
+        let generation = state.generation;
+        let task = async move {
+            let reads = spans
+                .iter()
+                .map(|s| scan.reads.read_one(&version, s.range.clone(), None));
+            let filters = futures::future::join_all(reads).await;
+            for (span, filter) in spans.iter().zip(filters) {
+                match filter {
+                    Ok(filter) => {
+                        let (rg, column) = (span.row_group, span.column);
+                        scan.index.keep_bloom(&version, rg, column, &filter);
+                    }
+                    Err(_) => scan.figures.failed(),
+                }
+            }
+            let mut state = scan.lock();
+            if state.generation == generation && state.running {
+                if let Some(entry) = state.files.get_mut(version.path()) {
+                    entry.blooms = None;
+                }
+                scan.queue_pieces_locked(&mut state, version.path(), &footer);
+            }
+            None
+        }
+        .boxed();
+        // Nothing waits on it here: readers find the filters in the index cache.
         drop(self.spawn_task(state, runtime, task));
     }
 

@@ -92,7 +92,7 @@ impl FileLease {
 
     /// Tells the scan the file's footer, so the pieces DataFusion is about to read are known
     /// before it asks for them.
-    pub(crate) fn footer_known(&self, metadata: &ParquetMetaData) {
+    pub(crate) fn footer_known(&self, metadata: &Arc<ParquetMetaData>) {
         self.scan
             .queue_pieces(self.generation, &self.path, metadata);
         let mut state = self.scan.lock();

@@ -10,13 +10,18 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
 use datafusion::common::config::ConfigOptions;
 use datafusion::datasource::listing::{FileRange, PartitionedFile};
+use datafusion::datasource::physical_plan::parquet::{
+    BloomFilterStatistics, apply_file_schema_type_coercions,
+};
 use datafusion::datasource::physical_plan::parquet::{
     PagePruningAccessPlanFilter, ParquetAccessPlan, ParquetFileMetrics, RowGroupAccess,
     RowGroupAccessPlanFilter,
 };
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
+use datafusion::physical_expr::PhysicalExprSimplifier;
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr_adapter::{
     DefaultPhysicalExprAdapterFactory, PhysicalExprAdapterFactory,
@@ -26,11 +31,25 @@ use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use object_store::{OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta};
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
-use parquet::arrow::parquet_to_arrow_schema;
+use parquet::arrow::{parquet_column, parquet_to_arrow_schema};
+use parquet::basic::Type as PhysicalType;
+use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::schema::types::TypePtr;
 
-use crate::index::footer::chunk_range;
+use crate::index::footer::{bloom_range, chunk_range};
+
+/// The bloom filter of (row group, leaf column), if the caches hold it: what a file's pieces
+/// are pruned by.
+pub(crate) type Blooms<'a> = dyn Fn(usize, usize) -> Option<Bytes> + 'a;
+
+/// One bloom filter DataFusion's opener reads: its row group, its leaf column, its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BloomSpan {
+    pub row_group: usize,
+    pub column: usize,
+    pub range: Range<u64>,
+}
 
 /// The scan's predicate as one file schema prunes with it: row groups by statistics, the
 /// file's arrow schema, and pages by the page index.
@@ -80,6 +99,8 @@ pub(crate) struct ScanPlan {
     page_index: bool,
     /// Whether filters are pushed into the reader, which then reads rows past a limit.
     pushdown_filters: bool,
+    /// Whether the reader prunes row groups by bloom filters.
+    bloom_filters: bool,
     /// Whether the query may stop reading this scan early (a limit above it, with nothing
     /// between that reads all its input first): the prefetcher then fetches ahead only as
     /// far as the readers have shown they read.
@@ -145,6 +166,7 @@ impl ScanPlan {
             preserve_order: config.preserve_order,
             page_index: source.table_parquet_options().global.enable_page_index,
             pushdown_filters: source.table_parquet_options().global.pushdown_filters,
+            bloom_filters: source.table_parquet_options().global.bloom_filter_on_read,
             stops_early: config.limit.is_some(),
             metrics: ParquetFileMetrics::new(0, "prefetch plan", &ExecutionPlanMetricsSet::new()),
             pruning: Mutex::new(None),
@@ -166,6 +188,7 @@ impl ScanPlan {
         file: &ScanFile,
         metadata: &ParquetMetaData,
         split: u64,
+        blooms: &Blooms<'_>,
     ) -> Vec<Range<u64>> {
         let row_groups = metadata.row_groups();
         let schema = metadata.file_metadata().schema_descr();
@@ -179,7 +202,7 @@ impl ScanPlan {
         let mut left = self.row_limit();
         let mut merged: Vec<Range<u64>> = Vec::new();
         for (rg, access) in self
-            .access_plan(file, metadata)
+            .access_plan(file, metadata, blooms)
             .into_inner()
             .into_iter()
             .enumerate()
@@ -245,22 +268,117 @@ impl ScanPlan {
         pieces
     }
 
-    /// The row groups and row selections DataFusion's opener will read of `file`: its byte
-    /// range, row-group pruning by statistics, pruning by the limit over fully matched row
-    /// groups, then page pruning by the page index (bloom filters, which the opener also
-    /// consults, are left out: a row group they would rule out is fetched in vain, never
-    /// missed).
-    fn access_plan(&self, file: &ScanFile, metadata: &ParquetMetaData) -> ParquetAccessPlan {
+    /// The bloom filters DataFusion's opener reads of `file` before it reads data: those of
+    /// the predicate's `=` and `IN` columns, in the row groups its byte range and
+    /// statistics keep. Empty when the scan has no such predicate or reads no bloom filters.
+    pub fn bloom_spans(&self, file: &ScanFile, metadata: &ParquetMetaData) -> Vec<BloomSpan> {
+        let Some((predicate, arrow, _)) = self.pruning_predicate(metadata) else {
+            return Vec::new();
+        };
+        let columns = self.bloom_columns(&predicate, &arrow, metadata);
+        if columns.is_empty() {
+            return Vec::new();
+        }
+        let plan = self
+            .statistics_plan(file, metadata, Some((&predicate, &arrow)))
+            .build();
+        let row_groups = metadata.row_groups();
+        let mut spans = Vec::new();
+        for rg in (0..row_groups.len()).filter(|&rg| plan.should_scan(rg)) {
+            for &(_, leaf, _, _) in &columns {
+                let span = row_groups[rg].columns().get(leaf).and_then(bloom_range);
+                if let Some(range) = span {
+                    spans.push(BloomSpan {
+                        row_group: rg,
+                        column: leaf,
+                        range,
+                    });
+                }
+            }
+        }
+        spans
+    }
+
+    /// The predicate's columns a bloom filter can rule values out of: (name, leaf column,
+    /// physical type, type length), as the opener finds them.
+    fn bloom_columns(
+        &self,
+        predicate: &PruningPredicate,
+        arrow: &SchemaRef,
+        metadata: &ParquetMetaData,
+    ) -> Vec<(String, usize, PhysicalType, i32)> {
+        if !self.bloom_filters {
+            return Vec::new();
+        }
+        let schema = metadata.file_metadata().schema_descr();
+        predicate
+            .literal_columns()
+            .into_iter()
+            .filter_map(|name| {
+                let (leaf, _) = parquet_column(schema, arrow, &name)?;
+                let column = schema.column(leaf);
+                Some((name, leaf, column.physical_type(), column.type_length()))
+            })
+            .collect()
+    }
+
+    /// Row groups `file`'s byte range and the predicate's statistics keep.
+    fn statistics_plan(
+        &self,
+        file: &ScanFile,
+        metadata: &ParquetMetaData,
+        pruning: Option<(&PruningPredicate, &SchemaRef)>,
+    ) -> RowGroupAccessPlanFilter {
         let row_groups = metadata.row_groups();
         let mut access =
             RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(row_groups.len()));
         if let Some(range) = &file.range {
             access.prune_by_range(row_groups, range);
         }
+        if let Some((predicate, arrow)) = pruning {
+            let schema = metadata.file_metadata().schema_descr();
+            access.prune_by_statistics(arrow, schema, row_groups, predicate, &self.metrics);
+        }
+        access
+    }
+
+    /// The row groups and row selections DataFusion's opener will read of `file`, in its
+    /// order: its byte range, row-group pruning by statistics, then by the bloom filters
+    /// `blooms` holds (a row group whose filters are not there is kept: fetched in vain at
+    /// worst, never missed), pruning by the limit over fully matched row groups, then page
+    /// pruning by the page index.
+    fn access_plan(
+        &self,
+        file: &ScanFile,
+        metadata: &ParquetMetaData,
+        blooms: &Blooms<'_>,
+    ) -> ParquetAccessPlan {
+        let row_groups = metadata.row_groups();
         let schema = metadata.file_metadata().schema_descr();
         let pruning = self.pruning_predicate(metadata);
+        let mut access = self.statistics_plan(
+            file,
+            metadata,
+            pruning.as_ref().map(|(p, a, _)| (p.as_ref(), a)),
+        );
         if let Some((predicate, arrow, _)) = &pruning {
-            access.prune_by_statistics(arrow, schema, row_groups, predicate, &self.metrics);
+            let columns = self.bloom_columns(predicate, arrow, metadata);
+            if !columns.is_empty() {
+                let filters: Vec<BloomFilterStatistics> = (0..row_groups.len())
+                    .map(|rg| {
+                        let mut filters = BloomFilterStatistics::with_capacity(columns.len());
+                        for (name, leaf, ty, len) in &columns {
+                            let sbbf =
+                                blooms(rg, *leaf).and_then(|bytes| Sbbf::from_bytes(&bytes).ok());
+                            if let Some(sbbf) = sbbf {
+                                filters.insert(name.clone(), sbbf, *ty, *len);
+                            }
+                        }
+                        filters
+                    })
+                    .collect();
+                access.prune_by_bloom_filters(predicate, &self.metrics, &filters);
+            }
         }
         if let (Some(limit), false) = (self.limit, self.preserve_order) {
             access.prune_by_limit(limit, row_groups, &self.metrics);
@@ -309,13 +427,19 @@ impl ScanPlan {
             return pruning.clone();
         }
         let built = (|| {
-            let physical = parquet_to_arrow_schema(metadata.file_metadata().schema_descr(), None)
-                .ok()
-                .map(Arc::new)?;
+            // The file's schema as the opener reads it: strings as the table's view types.
+            let file =
+                parquet_to_arrow_schema(metadata.file_metadata().schema_descr(), None).ok()?;
+            let physical = Arc::new(
+                apply_file_schema_type_coercions(&self.file_schema, &file).unwrap_or(file),
+            );
             let adapter = DefaultPhysicalExprAdapterFactory
                 .create(Arc::clone(&self.file_schema), Arc::clone(&physical))
                 .ok()?;
             let predicate = adapter.rewrite(Arc::clone(predicate)).ok()?;
+            let predicate = PhysicalExprSimplifier::new(&physical)
+                .simplify(predicate)
+                .ok()?;
             let pruning = PruningPredicateBuilder::new()
                 .with_file_schema(Arc::clone(&physical))
                 .build(Arc::clone(&predicate))?;

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use object_store::path::Path;
@@ -10,6 +11,7 @@ use parquet::file::metadata::ParquetMetaData;
 use tokio::task::AbortHandle;
 
 use super::controller::Controller;
+use super::plan::BloomSpan;
 use super::{Download, Scan};
 use crate::config::PrefetchConfig;
 use crate::index::IndexCache;
@@ -20,6 +22,10 @@ use crate::object::ObjectVersion;
 pub(super) enum Work {
     /// Load the footer (with page index) of a large file into the index cache.
     Footer(Path),
+    /// Load the bloom filters the readers of a file consult before its data (one request
+    /// for them all, coalesced), into the index cache: its data pieces follow once they are
+    /// known, pruned by them.
+    Blooms(Path),
     /// Download the unit of `Path` that starts at this offset.
     Unit(Path, u64),
 }
@@ -79,6 +85,11 @@ pub(super) struct FileEntry {
     queued: bool,
     /// Whether the pieces of this (large) file have been worked out and queued.
     pieces_queued: bool,
+    /// The bloom filters to load before the pieces, and the footer they are pruned with,
+    /// while the load is queued or under way.
+    pub blooms: Option<(Vec<BloomSpan>, Arc<ParquetMetaData>)>,
+    /// Whether the bloom filters were loaded (or there were none to load).
+    blooms_done: bool,
     /// Units by start offset, not overlapping.
     pub units: BTreeMap<u64, Unit>,
 }
@@ -182,6 +193,8 @@ impl Scan {
                     leases: 0,
                     queued: false,
                     pieces_queued: false,
+                    blooms: None,
+                    blooms_done: false,
                     units: BTreeMap::new(),
                 });
             entry.splits.push(position);
@@ -263,7 +276,12 @@ impl Scan {
     /// Queues the pieces of a file DataFusion will read, once its footer is known: by the
     /// footer prefetch or by the reader, whichever has it first, so the reader's first data
     /// request already finds them.
-    pub(super) fn queue_pieces(&self, generation: u64, path: &Path, metadata: &ParquetMetaData) {
+    pub(super) fn queue_pieces(
+        &self,
+        generation: u64,
+        path: &Path,
+        metadata: &Arc<ParquetMetaData>,
+    ) {
         let mut state = self.lock();
         if state.generation == generation && state.running {
             self.queue_pieces_locked(&mut state, path, metadata);
@@ -271,21 +289,54 @@ impl Scan {
     }
 
     /// Works out and queues the pieces of `path` unless that was done, the file was fetched
-    /// whole, or no reader will read it again.
-    fn queue_pieces_locked(&self, state: &mut State, path: &Path, metadata: &ParquetMetaData) {
+    /// whole, or no reader will read it again. If its readers consult bloom filters the
+    /// caches do not hold yet, those are queued first, and the pieces once they are loaded.
+    pub(super) fn queue_pieces_locked(
+        &self,
+        state: &mut State,
+        path: &Path,
+        metadata: &Arc<ParquetMetaData>,
+    ) {
         let Some(entry) = state.files.get_mut(path) else {
             return;
         };
-        if entry.pieces_queued || !entry.units.is_empty() || entry.done() {
+        if entry.pieces_queued || entry.blooms.is_some() || !entry.units.is_empty() || entry.done()
+        {
             return;
         }
+        let version = self.reads.completed(&entry.version);
+        if !entry.blooms_done {
+            entry.blooms_done = true;
+            let mut spans: Vec<BloomSpan> = entry
+                .splits
+                .iter()
+                .flat_map(|&i| self.plan.bloom_spans(&self.plan.files[i], metadata))
+                .filter(|s| {
+                    let held = self.index.cached_bloom(&version, s.row_group, s.column);
+                    held.is_none()
+                })
+                .collect();
+            spans.sort_by_key(|s| s.range.start);
+            spans.dedup();
+            if !spans.is_empty() {
+                entry.blooms = Some((spans, Arc::clone(metadata)));
+                let rank = entry.rank;
+                state.push(rank, Work::Blooms(path.clone()));
+                return;
+            }
+        }
         entry.pieces_queued = true;
+        let blooms = |rg: usize, col: usize| self.index.cached_bloom(&version, rg, col).flatten();
         let mut pieces: Vec<Range<u64>> = entry
             .splits
             .iter()
             .flat_map(|&i| {
-                self.plan
-                    .pieces(&self.plan.files[i], metadata, self.config.split_bytes)
+                self.plan.pieces(
+                    &self.plan.files[i],
+                    metadata,
+                    self.config.split_bytes,
+                    &blooms,
+                )
             })
             .collect();
         pieces.sort_by_key(|p| p.start);
