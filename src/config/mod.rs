@@ -127,7 +127,7 @@ macro_rules! setting_table {
             }
             /// Settings of the requests the versioned read makes to a store.
             StoreConfig store {
-                hedge: bool = false, Flag, "lakecache.store.hedge", hedge_requests, Shared,
+                hedge: bool = true, Flag, "lakecache.store.hedge", hedge_requests, Shared,
                     "Whether a GET still waiting for its first byte past the 95th percentile of recent ones is sent again (at most 5% more requests; first answer wins).";
             }
             /// What installed sessions may do in SQL.

@@ -112,7 +112,7 @@ impl Hedger {
             return self.noted(began, request().await);
         }
         let mut attempts = FuturesUnordered::new();
-        attempts.push(tagged(0, request()));
+        attempts.push(attempt(0, &self.figures, request()));
         // When the latest copy went out: the next one waits a threshold from then. A request
         // that began before the store's times were known (the first ones of a process) looks
         // again as they come.
@@ -126,9 +126,8 @@ impl Hedger {
                 Some(left) if !left.is_zero() => left,
                 // Past the threshold: one more copy, if the budget allows, else just wait.
                 _ if attempts.len() < MAX_ATTEMPTS && self.take_budget() => {
-                    self.figures.hedged.fetch_add(1, Relaxed);
                     let copy = attempts.len();
-                    attempts.push(tagged(copy, request()));
+                    attempts.push(attempt(copy, &self.figures, request()));
                     sent_at = Instant::now();
                     continue;
                 }
@@ -208,8 +207,12 @@ impl Hedger {
     }
 }
 
-/// `request`'s answer with which attempt it was.
-async fn tagged<F: Future>(attempt: usize, request: F) -> (usize, F::Output) {
+/// `request`'s answer with which attempt it was. A copy is counted as hedged once it goes
+/// out (is first polled): one the first answer beat to it never reached the store.
+async fn attempt<F: Future>(attempt: usize, figures: &Hedges, request: F) -> (usize, F::Output) {
+    if attempt > 0 {
+        figures.hedged.fetch_add(1, Relaxed);
+    }
     (attempt, request.await)
 }
 
