@@ -167,6 +167,7 @@ impl StoreReads {
             epoch: self.caches().handles.epoch(),
             under_way,
             ended: false,
+            draining: false,
         };
         stream::unfold(state, |mut s| async move {
             match s.listing.next().await {
@@ -221,6 +222,10 @@ struct Recording {
     epoch: u64,
     under_way: Option<UnderWay>,
     ended: bool,
+    /// Read on in the background already: dropped again (the runtime shutting down), it is
+    /// given up, never handed to the runtime once more (a closed runtime drops a task it is
+    /// given at once, on the caller's stack, so each drop would spawn the next).
+    draining: bool,
 }
 
 impl Recording {
@@ -300,7 +305,7 @@ impl Drop for Recording {
         }
         let useful = self.seen.is_some() || self.parquet.is_some();
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if useful => {
+            Ok(runtime) if useful && !self.draining => {
                 let rest = Recording {
                     listing: std::mem::replace(&mut self.listing, stream::empty().boxed()),
                     reads: self.reads.clone(),
@@ -310,6 +315,7 @@ impl Drop for Recording {
                     epoch: self.epoch,
                     under_way: self.under_way.take(),
                     ended: false,
+                    draining: true,
                 };
                 runtime.spawn(rest.drain());
             }

@@ -455,3 +455,26 @@ async fn bytes_are_kept_only_under_a_version_every_response_showed() {
     let got = store.reads.read(&second, &[0..1000], None).await.unwrap();
     assert!(got[0].iter().all(|&b| b == b'2'));
 }
+
+#[test]
+fn a_listing_left_unread_when_the_runtime_shuts_down_is_dropped_once() {
+    // A listing whose consumer stops early is read on in the background. When the runtime
+    // shuts down, that background read is dropped, and must not be handed to the runtime
+    // again (a closed runtime drops a task it is given at once, on the caller's stack, so
+    // each such drop would spawn the next: a stack overflow).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let slow =
+        crate::testkit::LatencyStore::new(InMemory::new(), std::time::Duration::from_secs(3600));
+    let url = Url::parse("memory://").unwrap();
+    let store = CachingObjectStore::new(slow, &url, &caches());
+    runtime.block_on(async {
+        // Dropped unread: the rest is read in the background, which waits an hour.
+        drop(store.list(Some(&Path::from("d"))));
+        tokio::task::yield_now().await;
+    });
+    drop(runtime);
+}
