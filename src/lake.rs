@@ -24,7 +24,7 @@ use crate::range::RangeCache;
 use crate::sql::{Clearing, StatsSource};
 use crate::stats::{Activity, LakeStats};
 use crate::store::{Caches, CheckedCache};
-use crate::table::ScanCaches;
+use crate::table::{NamesFilesByLog, ScanCaches};
 
 /// The shared state of the crate: one per process, cheap to clone, shared by every session
 /// and query. Built with [`LakeCache::builder`].
@@ -311,9 +311,20 @@ impl LakeCacheBuilder {
                 caches,
                 settings: Arc::new(s),
                 counters: Arc::default(),
+                log_formats: log_formats(),
             },
         })
     }
+}
+
+/// The table formats built in whose scans name their files from a log: each registers its
+/// hook here.
+fn log_formats() -> Arc<[NamesFilesByLog]> {
+    #[allow(unused_mut)] // empty without the table-format features
+    let mut formats: Vec<NamesFilesByLog> = Vec::new();
+    #[cfg(feature = "delta")]
+    formats.push(crate::delta::is_delta_scan);
+    formats.into()
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ use datafusion::physical_plan::ExecutionPlan;
 pub use factory::LakeTableFactory;
 pub(crate) use planner::LakeQueryPlanner;
 use reader::LakeReaderFactory;
+pub(crate) use scans::NamesFilesByLog;
 pub use scans::ScanCaches;
 
 use crate::config::Installed;

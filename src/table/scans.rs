@@ -29,7 +29,14 @@ pub struct ScanCaches {
     pub(crate) caches: Caches,
     pub(crate) settings: Arc<Settings>,
     pub(crate) counters: Arc<PrefetchCounters>,
+    /// The table formats whose scans name their files from a log (registered by the layers
+    /// above: Delta Lake's, with the `delta` feature).
+    pub(crate) log_formats: Arc<[NamesFilesByLog]>,
 }
+
+/// Whether a plan node is a table format's scan whose files its log names, written once
+/// (path and size name the bytes): the hook a table format registers with the scans.
+pub(crate) type NamesFilesByLog = fn(&dyn ExecutionPlan) -> bool;
 
 impl AsRef<ScanCaches> for ScanCaches {
     fn as_ref(&self) -> &ScanCaches {
@@ -94,7 +101,7 @@ impl ScanCaches {
             let factory = LakeReaderFactory::new(reads, index, planning, prefetcher);
             Ok(Some(Arc::new(factory) as Arc<dyn ParquetFileReaderFactory>))
         };
-        map_parquet_scans(plan, Above::default(), &scan)
+        map_parquet_scans(plan, Above::default(), &self.log_formats, &scan)
     }
 
     fn prefetcher(
@@ -135,8 +142,9 @@ pub(crate) struct Above {
 }
 
 impl Above {
-    /// What the children of `node` have above them.
-    fn below(self, node: &dyn ExecutionPlan) -> Self {
+    /// What the children of `node` have above them; `log_formats` tell which nodes are a
+    /// table format's scans whose files a log names.
+    fn below(self, node: &dyn ExecutionPlan, log_formats: &[NamesFilesByLog]) -> Self {
         let stops_early = match node.properties().emission_type {
             // It reads every row of its input whatever is above it.
             EmissionType::Final => false,
@@ -145,7 +153,7 @@ impl Above {
             }
         };
         Self {
-            by_log: self.by_log || names_files_by_log(node),
+            by_log: self.by_log || log_formats.iter().any(|named| named(node)),
             stops_early,
         }
     }
@@ -158,12 +166,13 @@ type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, Above) -> Result<
 
 /// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces, leaving the rest
 /// of the scan (projection, predicate, files) as it was. Below a table format's scan
-/// ([`names_files_by_log`]) the files are the log's; if that scan refuses its rebuilt
+/// (one of `log_formats`) the files are the log's; if that scan refuses its rebuilt
 /// inputs (Delta's with deletion vectors checks that they are the ones it planned), it keeps
 /// them, and its reads still go through the store wrapper's caches.
 fn map_parquet_scans(
     plan: Arc<dyn ExecutionPlan>,
     above: Above,
+    log_formats: &[NamesFilesByLog],
     f: &ScanRewrite<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     if let Some((config, source)) = plan
@@ -179,11 +188,11 @@ fn map_parquet_scans(
             .build();
         return Ok(DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>);
     }
-    let below = above.below(plan.as_ref());
+    let below = above.below(plan.as_ref(), log_formats);
     let children = plan
         .children()
         .into_iter()
-        .map(|child| map_parquet_scans(Arc::clone(child), below, f))
+        .map(|child| map_parquet_scans(Arc::clone(child), below, log_formats, f))
         .collect::<Result<Vec<_>>>()?;
     if !above.by_log && below.by_log {
         let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
@@ -196,17 +205,6 @@ fn map_parquet_scans(
         };
     }
     replace_children_if_necessary(plan, children)
-}
-
-/// Whether `plan` is a table format's scan whose files its log names, written once: Delta
-/// Lake's, with the `delta` feature.
-fn names_files_by_log(plan: &dyn ExecutionPlan) -> bool {
-    #[cfg(feature = "delta")]
-    if crate::delta::is_delta_scan(plan) {
-        return true;
-    }
-    let _ = plan;
-    false
 }
 
 /// Whether the scan reads encrypted Parquet.
