@@ -320,10 +320,10 @@ impl LakeCacheBuilder {
 /// The table formats built in whose scans name their files from a log: each registers its
 /// hook here.
 fn log_formats() -> Arc<[NamesFilesByLog]> {
-    #[allow(unused_mut)] // empty without the table-format features
-    let mut formats: Vec<NamesFilesByLog> = Vec::new();
-    #[cfg(feature = "delta")]
-    formats.push(crate::delta::is_delta_scan);
+    let formats: Vec<NamesFilesByLog> = vec![
+        #[cfg(feature = "delta")]
+        crate::delta::is_delta_scan,
+    ];
     formats.into()
 }
 
