@@ -176,10 +176,15 @@ struct Tapped {
 
 fn tapped(b: &Backend) -> Tapped {
     let below = Arc::new(CountingStore::new(Arc::clone(&b.raw)));
-    let slow: Arc<dyn ObjectStore> = Arc::new(LatencyStore::new(
-        Arc::clone(&below) as Arc<dyn ObjectStore>,
-        Duration::from_millis(40),
-    ));
+    // A link of 1 Gbit/s: what registration's footer reads measure of it sizes the first
+    // scan's downloads (an unlimited link would ask for every file at once).
+    let slow: Arc<dyn ObjectStore> = Arc::new(
+        LatencyStore::new(
+            Arc::clone(&below) as Arc<dyn ObjectStore>,
+            Duration::from_millis(40),
+        )
+        .with_bandwidth(125_000_000),
+    );
     Tapped {
         above: Arc::new(CountingStore::new(slow)),
         below,
@@ -190,7 +195,9 @@ fn tapped(b: &Backend) -> Tapped {
 async fn a_dropped_stream_aborts_its_downloads_and_starts_none() {
     let b = local_backend();
     // Enough files that a scan dropped after its first batch is far from done: a cold scan
-    // starts 32 downloads and doubles them each round trip.
+    // starts the downloads the link registration measured needs in flight (1.5x its
+    // bandwidth-delay product, 7.5 MB here: under 100 of these files), and grows them each
+    // round trip.
     let files = 400;
     b.write(&LakeSpec::small_files(files)).await;
     let lake = LakeCache::builder().range_cache(false).build().unwrap();

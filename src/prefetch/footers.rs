@@ -19,6 +19,10 @@
 //! file whole: a selective query reads a few files' data, and a full scan's data comes with
 //! the scan, at link speed (figures in `docs/benchmarks.md`, "First contact").
 //!
+//! The footers' arrival measures the link: all were sent at once, so their bytes over the
+//! time after the first response are a lower bound of its bandwidth, which the store's first
+//! scan starts its downloads from instead of probing up from a few.
+//!
 //! A footer the index cache holds already (another identity loaded it) is proven with one
 //! HEAD instead, in the same round. Failures are left to the reads that follow: a store that
 //! refuses a read refuses it again when DataFusion asks.
@@ -27,6 +31,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -37,7 +42,7 @@ use crate::config::PrefetchConfig;
 use crate::index::IndexCache;
 use crate::index::footer::load_footer;
 use crate::object::StoreKey;
-use crate::store::{AfterListing, StoreReads};
+use crate::store::{AfterListing, Link, StoreReads};
 
 /// Bytes read from a file's end for its footer before the store has shown a larger one.
 const FIRST_FOOTER_READ: u64 = 64 << 10;
@@ -45,6 +50,9 @@ const FIRST_FOOTER_READ: u64 = 64 << 10;
 const MOST_FOOTER_READ: u64 = 16 << 20;
 /// Stores whose footer sizes are remembered; past this many, they start over.
 const MAX_STORES: usize = 1024;
+/// Footer bytes below which a registration says nothing of the link's bandwidth (a few
+/// responses take their round trip, however fast the link).
+const MIN_MEASURED_BYTES: u64 = 1 << 20;
 
 /// Loads the footers of listed Parquet files; see the module docs.
 #[derive(Debug)]
@@ -78,6 +86,8 @@ impl AfterListing for FooterWarmup {
         let at_once = (self.config.max_bytes / read_from_end.max(1)).max(1) as usize;
         let at_once = at_once.min(self.config.max_in_flight);
         async move {
+            let began = Instant::now();
+            let mut read = 0;
             stream::iter(files)
                 .map(|meta| warm(&reads, &index, meta, read_from_end))
                 .buffer_unordered(at_once)
@@ -85,10 +95,14 @@ impl AfterListing for FooterWarmup {
                     if let Some(bytes) = footer {
                         index.note_warmed();
                         remember(&needed, reads.store_key(), bytes);
+                        read += bytes;
                     }
                     async {}
                 })
-                .await
+                .await;
+            if let Some(link) = measured(read, began.elapsed(), reads.typical_wait()) {
+                reads.raise_link(link);
+            }
         }
         .boxed()
     }
@@ -149,6 +163,23 @@ async fn warm(
     Some(version.size().saturating_sub(lowest.min(version.size())))
 }
 
+/// What footer reads sent at once showed of the link: `bytes` arrived `elapsed` after they
+/// were sent, the first of them after about `wait`, so the link carried at least `bytes /
+/// (elapsed - wait)`. A lower bound the first scan of the store starts from, rather than
+/// probing up from a few downloads (`crate::prefetch::controller`); `None` when too few
+/// bytes came, or too soon, to tell.
+fn measured(bytes: u64, elapsed: Duration, wait: Option<Duration>) -> Option<Link> {
+    let latency = wait?;
+    let moving = elapsed.checked_sub(latency)?;
+    if bytes < MIN_MEASURED_BYTES || moving < latency / 4 || moving.is_zero() {
+        return None;
+    }
+    Some(Link {
+        bandwidth: bytes as f64 / moving.as_secs_f64(),
+        latency,
+    })
+}
+
 /// Raises `store`'s remembered footer size to `bytes`.
 fn remember(needed: &Mutex<HashMap<StoreKey, u64>>, store: &StoreKey, bytes: u64) {
     let bytes = bytes.min(MOST_FOOTER_READ);
@@ -158,4 +189,22 @@ fn remember(needed: &Mutex<HashMap<StoreKey, u64>>, store: &StoreKey, bytes: u64
     }
     let known = needed.entry(store.clone()).or_insert(FIRST_FOOTER_READ);
     *known = (*known).max(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn footers_sent_at_once_measure_a_lower_bound_of_the_link() {
+        let ms = Duration::from_millis;
+        // 12.5 MB arrived 125 ms after they were sent, the first after 25 ms: 125 MB/s.
+        let link = measured(12_500_000, ms(125), Some(ms(25))).unwrap();
+        assert!((link.bandwidth - 125e6).abs() < 1.0, "{link:?}");
+        assert_eq!(link.latency, ms(25));
+        // Too few bytes, no wait known, or all within about one round trip: nothing told.
+        assert_eq!(measured(100_000, ms(125), Some(ms(25))), None);
+        assert_eq!(measured(12_500_000, ms(125), None), None);
+        assert_eq!(measured(12_500_000, ms(27), Some(ms(25))), None);
+    }
 }
