@@ -504,3 +504,50 @@ async fn explain_analyze_keeps_datafusions_own_scan_metrics() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_the_predicate_rules_out_by_their_statistics_never_reach_the_opener() {
+    for b in backends("file_pruning") {
+        // 12 files of 5,000 rows: ids 0..60,000, one file's range each.
+        b.write(&LakeSpec::small_files(12)).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let plain = vanilla(&b, b.raw.clone(), false).await;
+        let cached = installed(
+            &b,
+            b.raw.clone(),
+            &lake,
+            SessionStateBuilder::new(),
+            config(false),
+        )
+        .await;
+        let opened = |explain: &[String]| -> usize {
+            // `files_ranges_pruned_statistics=N total → M matched`: the files the opener saw.
+            scan_metric(explain, "files_ranges_pruned_statistics")
+                .iter()
+                .map(|f| f.split(' ').next().unwrap().parse::<usize>().unwrap())
+                .sum()
+        };
+        for (sql, files) in [
+            ("SELECT id, name FROM t WHERE id = 42424", 1),
+            (
+                "SELECT count(*), round(sum(value), 3) FROM t WHERE id BETWEEN 9000 AND 10500",
+                2,
+            ),
+            ("SELECT count(*) FROM t WHERE id > 1000000", 0),
+            // No statistics can rule a file out: every file is opened.
+            ("SELECT count(*) FROM t WHERE id % 7 = 3", 12),
+        ] {
+            let want = rows(&plain, sql).await.unwrap();
+            assert_eq!(rows(&cached, sql).await.unwrap(), want, "{}: {sql}", b.name);
+            let explain = format!("EXPLAIN ANALYZE {sql}");
+            let vanilla_opened = opened(&rows(&plain, &explain).await.unwrap());
+            assert_eq!(
+                vanilla_opened, 12,
+                "{}: DataFusion opens every file",
+                b.name
+            );
+            let got = rows(&cached, &explain).await.unwrap();
+            assert_eq!(opened(&got), files, "{}: `{sql}`: {got:?}", b.name);
+        }
+    }
+}

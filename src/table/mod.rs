@@ -11,10 +11,13 @@
 //! - `planner.rs`: the query planner of installed sessions, which gives every Parquet scan
 //!   of the final plan its reader and prefetcher.
 //! - `scans.rs`: [`ScanCaches`], what scans need of a `LakeCache`.
+//! - `prune.rs`: files a scan's predicate rules out by their statistics, dropped as the scan
+//!   is given its reader (DataFusion would create each one's reader and then skip it).
 //! - `factory.rs`: [`LakeTableFactory`] for `CREATE EXTERNAL TABLE ... STORED AS PARQUET`.
 
 mod factory;
 mod planner;
+mod prune;
 mod reader;
 mod scans;
 

@@ -17,6 +17,7 @@ use datafusion::physical_plan::{
 };
 
 use super::LakeReaderFactory;
+use super::prune::without_pruned_files;
 use crate::config::{LakeOptions, Settings};
 use crate::object::StoreKey;
 use crate::prefetch::{PrefetchCounters, Prefetcher, ScanInputs, ScanPlan};
@@ -179,11 +180,16 @@ fn map_parquet_scans(
         .downcast_ref::<DataSourceExec>()
         .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
     {
-        let Some(factory) = f(config, source, above)? else {
+        // Files the predicate rules out by their statistics never reach the opener.
+        let mut config = config.clone();
+        if let Some(groups) = without_pruned_files(&config, source) {
+            config.file_groups = groups;
+        }
+        let Some(factory) = f(&config, source, above)? else {
             return Ok(plan);
         };
         let source = source.clone().with_parquet_file_reader_factory(factory);
-        let config = FileScanConfigBuilder::from(config.clone())
+        let config = FileScanConfigBuilder::from(config)
             .with_source(Arc::new(source))
             .build();
         return Ok(DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>);

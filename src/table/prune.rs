@@ -1,0 +1,77 @@
+//! Files a scan's predicate rules out by their statistics, dropped when the scan is planned.
+//!
+//! DataFusion 55 prunes a file by its statistics only as its opener reaches it: for each file
+//! of the scan it creates the file's reader and metrics, builds a pruning predicate for that
+//! file alone and evaluates it, then skips the file. A lookup of one file in 400 pays that
+//! 400 times per query, which on a warm lake is most of the query's time (and more than the
+//! reads it makes). The statistics the opener prunes by are in the plan already (the
+//! `PartitionedFile::statistics` the listing table collected), so here the predicate is
+//! evaluated once for all of a scan's files, with DataFusion's own `PruningPredicate`, and
+//! the files it proves empty leave the plan. The opener's pruning still runs for the files
+//! that stay (its dynamic filters may prune more as the query runs).
+//!
+//! Only what the opener would prune goes: the scan's own predicate (the one its opener
+//! prunes with), files whose statistics show no row can match. A predicate on partition
+//! columns is left to the listing table, which prunes partitions exactly; a file without
+//! statistics stays. The number of file groups (the scan's partitions) does not change, and
+//! the scan's statistics stay an upper bound (a scan with a predicate reports them inexact).
+
+use std::sync::Arc;
+
+use datafusion::common::pruning::PrunableStatistics;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileSource, ParquetSource};
+use datafusion::physical_expr::utils::collect_columns;
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+
+/// The file groups of `config` without the files `source`'s predicate rules out by their
+/// statistics, or `None` if none is ruled out (or nothing can be told).
+pub(crate) fn without_pruned_files(
+    config: &FileScanConfig,
+    source: &ParquetSource,
+) -> Option<Vec<FileGroup>> {
+    let predicate = source.filter()?;
+    let partition_cols = config.table_partition_cols();
+    if collect_columns(&predicate)
+        .iter()
+        .any(|c| partition_cols.iter().any(|f| f.name() == c.name()))
+    {
+        return None;
+    }
+    let schema = Arc::clone(config.file_schema());
+    let in_list = source.table_parquet_options().global.max_in_list_size;
+    let pruning = PruningPredicateBuilder::new()
+        .with_file_schema(Arc::clone(&schema))
+        .with_max_in_list_size(in_list)
+        .build(predicate)?;
+    // One evaluation over every file with statistics: a container per file.
+    let with_stats: Vec<_> = config
+        .file_groups
+        .iter()
+        .flat_map(|g| g.iter())
+        .filter(|f| f.has_statistics())
+        .filter_map(|f| f.statistics.clone())
+        .collect();
+    if with_stats.is_empty() {
+        return None;
+    }
+    let keep = pruning
+        .prune(&PrunableStatistics::new(with_stats, schema))
+        .ok()?;
+    if keep.iter().all(|k| *k) {
+        return None;
+    }
+    let mut keep = keep.into_iter();
+    let groups = config
+        .file_groups
+        .iter()
+        .map(|group| {
+            let files = group
+                .iter()
+                .filter(|f| !f.has_statistics() || keep.next() != Some(false))
+                .cloned()
+                .collect();
+            FileGroup::new(files)
+        })
+        .collect();
+    Some(groups)
+}
