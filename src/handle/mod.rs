@@ -475,9 +475,11 @@ impl HandleCache {
         };
         match self.inner.metas.get(&key) {
             Some(cached) if seen.matches(&cached) => {
+                if seen.pins_bytes() {
+                    return (seen, true);
+                }
                 let known = ObjectVersion::new(store.clone(), identity, &cached);
-                let better = !seen.pins_bytes() && known.pins_bytes();
-                (if better { known } else { seen }, true)
+                (if known.pins_bytes() { known } else { seen }, true)
             }
             _ => (seen, false),
         }

@@ -90,7 +90,6 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             .map(Arc::new);
         let file_metrics =
             ParquetFileMetrics::new(partition_index, meta.location.as_ref(), metrics);
-        let metadata = self.index.cached_metadata(&version);
         Ok(Box::new(LakeReader {
             file_metrics,
             bytes: FileBytes {
@@ -102,7 +101,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             index: self.index.clone(),
             planning: self.planning.clone(),
             metadata_size_hint,
-            metadata,
+            metadata: None,
             bloom_spans: None,
         }))
     }
@@ -252,13 +251,16 @@ impl AsyncFileReader for LakeReader {
             self.bytes.version = pinned.map_err(store_error)?;
             let file = self.bytes.clone();
             let hint = self.metadata_size_hint;
-            let planned = self.planning.as_ref().and_then(|p| {
-                IndexCache::planned_footer(p.as_ref(), &file.version, file.reads.identity())
-            });
+            let planning = self.planning.clone();
             let read_here = Arc::new(AtomicBool::new(false));
             let load = {
                 let read_here = Arc::clone(&read_here);
                 async move {
+                    // On a miss only: the footer DataFusion's planning decoded, if it is of
+                    // this very version.
+                    let planned = planning.as_ref().and_then(|p| {
+                        IndexCache::planned_footer(p.as_ref(), &file.version, file.reads.identity())
+                    });
                     if let Some(footer) = planned {
                         return Ok(footer);
                     }
