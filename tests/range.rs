@@ -189,6 +189,34 @@ async fn a_new_process_with_a_warm_disk_tier_reads_no_data() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_on_the_disk_tier_are_fetched_ahead_of_the_readers() {
+    for b in remote_backends("range_disk_ahead") {
+        b.write(&LakeSpec::small_files(8)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let sql = WORKLOAD[2];
+        let want = fill_disk_tier(&b, dir.path(), sql).await;
+        // A new process: its memory is empty, its disk tier holds every byte the scan reads.
+        let lake = with_disk(dir.path());
+        let counted = b.counting();
+        let ctx = session(&b, counted.clone(), &lake).await;
+        let before = lake.stats().prefetch.requests;
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}", b.name);
+        assert_eq!(
+            counted.counts().get,
+            0,
+            "{}: nothing from the store",
+            b.name
+        );
+        // Reading from disk waits for a blocking thread and the disk: the prefetcher reads
+        // those bytes ahead of the readers, as it would download them.
+        let p = lake.stats().prefetch;
+        assert!(p.requests > before, "{}: {p:?}", b.name);
+        assert!(p.bytes_used > 0, "{}: the readers took them: {p:?}", b.name);
+        assert!(lake.stats().ranges.bytes_from_disk > 0, "{}", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_tier_keeps_to_its_bound_under_a_larger_lake() {
     for b in remote_backends("range_bound") {
         // 60 files of about 50 KB (each small enough to be kept whole): 3 MB against 1 MiB.

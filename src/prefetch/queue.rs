@@ -244,8 +244,8 @@ impl Scan {
             return;
         }
         let work = if version.size() <= self.config.small_file_bytes {
-            if self.reads.holds(&version, 0..version.size()) {
-                // Readers find the whole file in the range cache.
+            if self.reads.in_memory(&version, 0..version.size()) {
+                // Readers find the whole file in memory.
                 return;
             }
             entry.units.insert(0, Unit::queued(0..version.size(), true));
@@ -346,7 +346,7 @@ impl Scan {
         for range in pieces {
             if range.start < last_end
                 || range.end > entry.version.size()
-                || self.reads.holds(&entry.version, range.clone())
+                || self.reads.in_memory(&entry.version, range.clone())
             {
                 continue;
             }

@@ -48,6 +48,9 @@ use spans::{Inserted, Spans};
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
 /// written (the disk is slower than the network), rather than held in memory.
 const MAX_PENDING_DISK_BYTES: u64 = 256 << 20;
+/// Once memory is full, one range in this many read from disk is offered to it
+/// (`RangeCache::promotes`).
+const PROMOTE_ONE_IN: u64 = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct RangeKey {
@@ -149,6 +152,8 @@ struct Inner {
     disk_pending: AtomicU64,
     disk_skipped: AtomicU64,
     disk_idle: Notify,
+    /// Ranges read from the disk tier, for [`PROMOTE_ONE_IN`].
+    disk_reads: AtomicU64,
     /// Downloads in the air, which reads of the same bytes join.
     flights: Arc<Flights>,
     /// Run between a skipped disk write's two steps: lets a test order another write's end
@@ -201,6 +206,7 @@ impl RangeCache {
                 disk_pending: AtomicU64::new(0),
                 disk_skipped: AtomicU64::new(0),
                 disk_idle: Notify::new(),
+                disk_reads: AtomicU64::new(0),
                 flights: Arc::default(),
                 #[cfg(test)]
                 between_skip_steps: Mutex::default(),
@@ -366,6 +372,20 @@ impl RangeCache {
     }
 
     /// Whether every byte of `range` of `object` is in memory or on disk.
+    /// Whether the memory tier holds every byte of `range` of `object`: a read of it is
+    /// served at once, with nothing to wait for (a read from the disk tier waits for a
+    /// blocking thread and the disk).
+    pub fn in_memory(&self, object: &ObjectVersion, range: Range<u64>) -> bool {
+        self.applies(object)
+            && self.lock_spans().get(object).is_some_and(|held| {
+                held.cover(range)
+                    .into_iter()
+                    .all(|(_, entry)| entry.is_some())
+            })
+    }
+
+    /// Whether either tier holds every byte of `range` of `object`.
+    #[cfg(test)]
     pub fn covers(&self, object: &ObjectVersion, range: Range<u64>) -> bool {
         if !self.applies(object) {
             return false;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
@@ -11,7 +12,7 @@ use object_store::OBJECT_STORE_COALESCE_DEFAULT;
 
 use super::flights::Claim;
 use super::spans::Piece;
-use super::{RangeCache, RangeKey, forget_span};
+use super::{PROMOTE_ONE_IN, RangeCache, RangeKey, forget_span};
 use crate::metrics::{ScanMetrics, Source};
 use crate::object::ObjectVersion;
 
@@ -199,7 +200,9 @@ impl RangeCache {
         .await
         .unwrap_or_default();
         for (&start, bytes) in &read {
-            if let Some(bytes) = bytes {
+            if let Some(bytes) = bytes
+                && self.promotes(bytes.len() as u64)
+            {
                 self.insert_memory(object, start, bytes.clone());
             }
         }
@@ -211,6 +214,21 @@ impl RangeCache {
                 };
             }
         }
+    }
+
+    /// Whether a range of `len` bytes read from disk is offered to the memory tier: always
+    /// while memory has room for it, else one read in [`PROMOTE_ONE_IN`]. Offering it costs
+    /// an insert and an eviction, and when memory is full the frequency-based admission
+    /// keeps out what is read no more often than what memory holds (a scan read again and
+    /// again over a lake larger than memory): a range read often still comes up within a
+    /// few reads, at a fraction of the cost of offering every one.
+    pub(super) fn promotes(&self, len: u64) -> bool {
+        let inner = &self.inner;
+        inner.memory.weighted_size() + len <= inner.config.memory_bytes
+            || inner
+                .disk_reads
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(PROMOTE_ONE_IN)
     }
 
     /// Fetches the pieces neither tier had and keeps them: what downloads of other reads

@@ -321,6 +321,60 @@ async fn a_new_cache_on_the_same_disk_reads_without_requests() {
 }
 
 #[tokio::test]
+async fn ranges_read_from_disk_go_to_memory_while_it_has_room_then_one_in_eight() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("1");
+    let fetches = Fetches::default();
+    // 32 ranges of 64 KiB on disk (too far apart to be coalesced), in a cache of 1 MiB of
+    // memory: room for 16.
+    let ranges: Vec<Range<u64>> = (0..32u64)
+        .map(|i| i << 21..(i << 21) + (64 << 10))
+        .collect();
+    {
+        let cache = RangeCache::try_new(with_disk(dir.path())).unwrap();
+        fetches.read(&cache, &v, &ranges, 0).await;
+        cache.flush().await;
+    }
+    fetches.take();
+    let small = RangeConfig {
+        memory_bytes: 1 << 20,
+        ..with_disk(dir.path())
+    };
+    let cache = RangeCache::try_new(small).unwrap();
+    for range in &ranges[..16] {
+        fetches
+            .read(&cache, &v, std::slice::from_ref(range), 0)
+            .await;
+    }
+    cache.inner.memory.run_pending_tasks();
+    let held = |cache: &RangeCache| {
+        ranges
+            .iter()
+            .filter(|r| cache.in_memory(&v, (*r).clone()))
+            .count()
+    };
+    assert_eq!(held(&cache), 16, "every range read while memory had room");
+    // Memory is full: of the next 16 ranges read from disk, 2 are offered to it.
+    let offers = (0..16).filter(|_| cache.promotes(64 << 10)).count();
+    assert_eq!(offers, 2);
+    for range in &ranges[16..] {
+        fetches
+            .read(&cache, &v, std::slice::from_ref(range), 0)
+            .await;
+    }
+    cache.inner.memory.run_pending_tasks();
+    let offered = ranges[16..]
+        .iter()
+        .filter(|r| cache.in_memory(&v, (*r).clone()))
+        .count();
+    assert!(
+        offered <= 2,
+        "{offered} of the ranges read once memory was full"
+    );
+    assert!(fetches.take().is_empty(), "all from disk");
+}
+
+#[tokio::test]
 async fn a_corrupted_disk_entry_is_refetched_never_returned() {
     let dir = tempfile::tempdir().unwrap();
     let v = version("1");

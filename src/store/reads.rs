@@ -363,9 +363,11 @@ impl StoreReads {
         Some((meta, footer))
     }
 
-    /// Whether the range cache holds every byte of `range` of `version`.
-    pub(crate) fn holds(&self, version: &ObjectVersion, range: Range<u64>) -> bool {
-        self.0.keeps_bytes && self.0.caches.ranges.covers(version, range)
+    /// Whether the range cache's memory tier holds every byte of `range` of `version`: a
+    /// read of it needs nothing fetched ahead. (Bytes on the disk tier are worth fetching
+    /// ahead: a read of them waits for a blocking thread and the disk.)
+    pub(crate) fn in_memory(&self, version: &ObjectVersion, range: Range<u64>) -> bool {
+        self.0.keeps_bytes && self.0.caches.ranges.in_memory(version, range)
     }
 
     /// Reads `ranges` of exactly `version`; see the module docs. Bytes a reader reads are
