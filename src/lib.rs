@@ -1,12 +1,12 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-// The layers, bottom to top (docs/architecture.md): `object` (what an object and a version
-// are); `config` and `stats`; the caches `handle`, `index`, `range`; `store` (the one versioned
-// read, and `CachingObjectStore`); `prefetch`; `table` (`LakeTable`, the reader, the query
-// planner); `sql` (what `install` puts into a session); `lake` (`LakeCache`); and, with
-// their features, `delta` (Delta Lake scans) and `ballista` (a `LakeCache` per process of a
-// Ballista cluster) on top.
+// The layers, bottom to top (docs/architecture.md; tests/layers.rs checks them): `object`
+// (what an object and a version are); `config`, `stats` and `metrics`; the caches `handle`,
+// `index`, `range`; `store` (the one versioned read, and `CachingObjectStore`); `prefetch`;
+// `table` (`LakeTable`, the reader, the query planner); `sql` (what `install` puts into a
+// session); `delta` (Delta Lake's log store, and the hook that marks its scans); `lake`
+// (`LakeCache`); `ballista` (a `LakeCache` per process of a Ballista cluster).
 
 #[cfg(feature = "ballista")]
 pub mod ballista;
