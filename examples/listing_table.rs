@@ -1,6 +1,8 @@
-//! A plain DataFusion `ListingTable`, built the usual way, made faster by `install()` alone:
-//! its scans get the handle and index caches and prefetching without any lakecache type in
-//! the table. Prints the scan's figures from `EXPLAIN ANALYZE` and `lakecache_stats()`.
+//! A DataFusion `ListingTable`, built the usual way, made faster by `install()` alone: no
+//! lakecache type appears in the code that builds it, and the installed session's catalog
+//! wraps it in a `LakeTable` when it is registered, so its scans get the handle, index and
+//! range caches and prefetching. Prints the scan's figures from `EXPLAIN ANALYZE` and
+//! `lakecache_stats()`.
 //!
 //! `cargo run --example listing_table`
 

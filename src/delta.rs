@@ -5,8 +5,9 @@
 //! - its scans resolve the table's store from the session's registry, which hands out a
 //!   [`CachingObjectStore`]: handle, index and range caching for data files, deletion
 //!   vectors, checkpoints and commits read at scan time;
-//! - the physical rule recognises delta-rs's `DeltaScanExec` and gives the Parquet scans
-//!   below it readers whose file versions come from the log (path and size of each `add`
+//! - the query planner `install()` gives the session recognises delta-rs's `DeltaScanExec`
+//!   in the final plan (this module registers that hook) and gives the Parquet scans below it
+//!   readers whose file versions come from the log (path and size of each `add`
 //!   action; Delta never rewrites a data file in place), so a scan needs no HEAD, and the
 //!   prefetcher keeps downloads in flight as for any other scan. A scan of a table with
 //!   deletion vectors checks that its Parquet inputs are the ones it planned; it keeps them,

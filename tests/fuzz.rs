@@ -5,9 +5,10 @@
 //! - Parquet footers, page indexes and bloom filters: real files with bytes flipped, lengths
 //!   rewritten and ends cut, decoded as a footer load does;
 //! - the same corruptions queried end to end through an installed session, which must answer
-//!   what DataFusion alone answers over the same bytes, or fail;
-//! - disk-tier entries: file names with extreme numbers and contents from real entries with
-//!   bytes changed.
+//!   what DataFusion alone answers over the same bytes, and refuse only what DataFusion
+//!   refuses (a query the caches refuse while DataFusion answers fails the test);
+//! - disk-tier entries: file names with extreme numbers and random contents, half of them
+//!   starting with the entries' magic bytes.
 //!
 //! `LAKECACHE_FUZZ_CASES` (default 2000) sets the cases of each; `LAKECACHE_FUZZ_SEED` the seed.
 
@@ -117,7 +118,7 @@ async fn footers_page_indexes_and_bloom_filters_of_any_bytes_decode_or_fail() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queries_over_corrupt_index_bytes_answer_as_datafusion_does_or_fail() {
+async fn queries_over_corrupt_index_bytes_answer_what_datafusion_answers() {
     let (seed, mut rng) = rng();
     let spec = LakeSpec::small_files(1).with_row_groups_of(500);
     let good = file_bytes(&spec, 0).unwrap();

@@ -2,8 +2,11 @@
 //! into a `SessionStateBuilder`.
 //!
 //! - `registry.rs`: every object store of the runtime wrapped in a `CachingObjectStore`;
+//! - `footers.rs`: the session's `FileMetadataCache` (DataFusion's footer cache), which answers
+//!   a miss from the shared index cache for files the session's own stores have proven;
 //! - `catalog.rs`: `register_parquet` (which goes straight to a schema) gives a `LakeTable`;
-//! - `stats_function.rs`: `lakecache_stats()`, `lakecache_metrics()`, `lakecache_clear()`.
+//! - `stats_function.rs`: `lakecache_stats()`, `lakecache_metrics()`, and `lakecache_clear()`
+//!   when `lakecache.sql.clear` is on.
 
 mod catalog;
 mod footers;

@@ -9,7 +9,8 @@
 //! - `wrapper.rs`: `CachingObjectStore`, which answers HEAD and LIST from the handle cache,
 //!   serves ranged GETs through the versioned read at the version it knows, and drops what a
 //!   write through it touches.
-//! - `hedge.rs`: a GET waiting past the recent 95th percentile is sent again (opt-in).
+//! - `hedge.rs`: a GET waiting past the recent 95th percentile is sent again (on by default:
+//!   `lakecache.store.hedge`).
 //! - `link.rs`: each store's measured bandwidth and latency, where a scan's downloads start.
 //! - `listing.rs`: listings recorded as they stream.
 //! - `checked.rs`: DataFusion's own path-keyed caches (footers, statistics), checked against
