@@ -15,7 +15,7 @@ use datafusion::execution::cache::cache_manager::{
 use datafusion::execution::cache::default_cache::DefaultCache;
 use object_store::path::Path;
 
-use crate::config::{Settings, setting_table};
+use crate::config::{self, Settings, setting_table};
 use crate::handle::HandleCache;
 use crate::index::IndexCache;
 use crate::object::{ObjectId, StoreKey};
@@ -83,9 +83,11 @@ impl LakeCache {
     /// Makes the session built from `builder` use this cache:
     /// - every object store of its runtime is wrapped in a
     ///   [`CachingObjectStore`](crate::CachingObjectStore) (handle and range caching);
-    /// - DataFusion's own footer and statistics caches are the session's, checked against the
-    ///   versions the handle cache knows, and its listings are cached by the wrapper (shared
-    ///   entries are served only for versions the session's own store has shown it can read);
+    /// - DataFusion's own statistics cache is the session's, checked against the versions the
+    ///   handle cache knows; its footer cache is the session's too, and answers a miss from the
+    ///   shared index cache for a file that exactly one of the session's stores has recorded
+    ///   and proven it can read (a HEAD or GET it answered); DataFusion's listing cache is off,
+    ///   since the store wrapper caches listings;
     /// - `CREATE EXTERNAL TABLE ... STORED AS PARQUET` and `register_parquet` give
     ///   [`LakeTable`](crate::LakeTable)s;
     /// - the `lakecache.*` settings are registered: `SET` and `SHOW ALL`;
@@ -100,7 +102,9 @@ impl LakeCache {
     /// `with_default_features` (which would replace the table factory) and after setting a
     /// query planner of one's own (which it wraps). A runtime already set on `builder` keeps
     /// its memory pool, disk manager and object stores; its cache manager configuration is
-    /// replaced by [`LakeCache::cache_manager_config`].
+    /// replaced by the one described above, which differs from
+    /// [`LakeCache::cache_manager_config`] (for runtimes of one's own) in its footer cache and
+    /// in leaving listings to the store wrapper.
     ///
     /// ```
     /// # use datafusion::execution::SessionStateBuilder;
@@ -246,9 +250,9 @@ pub struct LakeCacheBuilder {
 macro_rules! define_builder {
     ($(
         $(#[$doc:meta])*
-        $name:ident $group:ident {
+        $name:ident $group:ident $title:literal {
             $($field:ident: $ty:ty = $default:expr, $kind:expr, $key:literal, $builder:ident,
-              $scope:ident, $desc:literal;)*
+              $scope:ident, $desc:literal, $trades:literal;)*
         }
     )*) => {
         impl LakeCacheBuilder {
@@ -280,10 +284,90 @@ impl LakeCacheBuilder {
         if let Err(e) = self.settings.set(key, value)
             && self.error.is_none()
         {
-            self.error = Some(match e {
-                DataFusionError::Configuration(m) => m,
-                other => other.to_string(),
-            });
+            self.error = Some(message(e));
+        }
+        self
+    }
+
+    /// A builder with the settings the environment gives over the defaults: see
+    /// [`LakeCacheBuilder::with_env`].
+    pub fn from_env() -> Self {
+        Self::default().with_env()
+    }
+
+    /// Applies the settings the environment gives, over what this builder has so far (later
+    /// calls override them in turn). The variable of a key is `LAKECACHE_` and the key after
+    /// `lakecache.`, in upper case with dots as underscores ([`config::variable_of`]):
+    /// `LAKECACHE_RANGE_DISK_DIR=/var/cache/lakecache`. A variable of a settings group that
+    /// names no setting (`LAKECACHE_HANDLE_CAPACTY`), or a bad value, is reported by
+    /// [`LakeCacheBuilder::build`] naming the variable; other `LAKECACHE_*` variables are not
+    /// settings and are left alone.
+    ///
+    /// A library never reads the environment on its own: only an embedder that calls this
+    /// does.
+    ///
+    /// ```
+    /// use datafusion_lakecache::LakeCacheBuilder;
+    ///
+    /// // With LAKECACHE_HANDLE_CAPACITY=50000 in the environment, the handle cache keeps
+    /// // 50,000 entries; the builder's own calls after this one override it.
+    /// let lake = LakeCacheBuilder::from_env().sql_clear(true).build()?;
+    /// # Ok::<(), datafusion::error::DataFusionError>(())
+    /// ```
+    pub fn with_env(self) -> Self {
+        self.with_variables(std::env::vars_os())
+    }
+
+    /// [`LakeCacheBuilder::with_env`] over the given variables.
+    fn with_variables(
+        mut self,
+        variables: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Self {
+        let groups: Vec<String> = config::SETTINGS
+            .iter()
+            .filter_map(|s| {
+                let group = s.key.strip_prefix("lakecache.")?.split('.').next()?;
+                Some(format!(
+                    "{}{}_",
+                    config::VARIABLE_PREFIX,
+                    group.to_ascii_uppercase()
+                ))
+            })
+            .collect();
+        let mut found: Vec<(String, std::ffi::OsString)> = variables
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
+            .filter(|(name, _)| groups.iter().any(|g| name.starts_with(g.as_str())))
+            .collect();
+        // The environment's order is arbitrary; errors and settings are applied in a fixed one.
+        found.sort();
+        for (name, value) in found {
+            let setting = config::SETTINGS
+                .iter()
+                .find(|s| config::variable_of(s.key) == name);
+            let outcome = match (setting, value.into_string()) {
+                (None, _) => Err(format!(
+                    "the environment variable {name} names no lakecache setting; the settings' \
+                     variables are {}",
+                    config::SETTINGS
+                        .iter()
+                        .map(|s| config::variable_of(s.key))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                (Some(_), Err(_)) => Err(format!(
+                    "the environment variable {name} is not valid UTF-8"
+                )),
+                (Some(s), Ok(value)) => self
+                    .settings
+                    .set(s.key, &value)
+                    .map_err(|e| format!("{} (from the environment variable {name})", message(e))),
+            };
+            if let Err(e) = outcome
+                && self.error.is_none()
+            {
+                self.error = Some(e);
+            }
         }
         self
     }
@@ -327,9 +411,70 @@ fn log_formats() -> Arc<[NamesFilesByLog]> {
     formats.into()
 }
 
+/// The message of a settings error, without DataFusion's "Invalid or Unsupported
+/// Configuration" prefix.
+fn message(e: DataFusionError) -> String {
+    match e {
+        DataFusionError::Configuration(m) => m,
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
+
+    #[test]
+    fn the_environment_sets_keys_by_their_variables_over_earlier_builder_calls() {
+        let lake = LakeCache::builder()
+            .handle_capacity(7)
+            .with_variables(vars(&[
+                ("LAKECACHE_HANDLE_CAPACITY", "50_000"),
+                ("LAKECACHE_RANGE_MEMORY", "64MiB"),
+                ("LAKECACHE_STORE_HEDGE", "off"),
+                // Not settings: the tests' own variables are left alone.
+                ("LAKECACHE_S3_ENDPOINT", "http://127.0.0.1:1"),
+                ("LAKECACHE_FAULT_SEED", "3"),
+                ("PATH", "/bin"),
+            ]))
+            .index_capacity_bytes(1 << 20)
+            .build()
+            .unwrap();
+        let s = lake.settings();
+        assert_eq!(s.handle.capacity, 50_000);
+        assert_eq!(s.range.memory_bytes, 64 << 20);
+        assert!(!s.store.hedge);
+        assert_eq!(s.index.capacity_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn a_misspelt_or_bad_variable_is_refused_naming_it() {
+        let err = LakeCacheBuilder::default()
+            .with_variables(vars(&[("LAKECACHE_HANDLE_CAPACTY", "5")]))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("LAKECACHE_HANDLE_CAPACTY") && err.contains("LAKECACHE_HANDLE_CAPACITY"),
+            "{err}"
+        );
+        let err = LakeCacheBuilder::default()
+            .with_variables(vars(&[("LAKECACHE_HANDLE_TTL", "soon")]))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("lakecache.handle.ttl") && err.contains("LAKECACHE_HANDLE_TTL"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn builder_refuses_bad_settings_with_their_name() {

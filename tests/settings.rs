@@ -260,20 +260,69 @@ async fn each_shared_cache_has_an_off_switch() {
     }
 }
 
-#[test]
-fn the_configuration_page_lists_every_setting_and_no_other() {
-    let page = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/configuration.md"
+const GENERATED_FROM: &str = "<!-- generated: the settings sections below";
+const GENERATED_UNTIL: &str = "<!-- end of the generated settings sections -->";
+
+/// The part of docs/configuration.md between its markers.
+fn generated_part(page: &str) -> Option<&str> {
+    let start = page.find(GENERATED_FROM)?;
+    let start = start + page[start..].find("-->\n")? + "-->\n".len();
+    let end = page.find(GENERATED_UNTIL)?;
+    page.get(start..end)
+}
+
+/// Where `page`'s generated part differs from `reference`, naming the first differing line.
+fn differences(page: &str, reference: &str) -> Option<String> {
+    let Some(part) = generated_part(page) else {
+        return Some("the page has no generated settings sections between markers".into());
+    };
+    if part == reference {
+        return None;
+    }
+    let (n, (old, new)) = part
+        .lines()
+        .chain(std::iter::repeat(""))
+        .zip(reference.lines().chain(std::iter::repeat("")))
+        .enumerate()
+        .find(|(_, (a, b))| a != b)?;
+    Some(format!(
+        "line {} of the generated sections differs:\n  page:     {old}\n  settings: {new}",
+        n + 1
     ))
-    .unwrap();
-    for s in datafusion_lakecache::config::SETTINGS {
-        assert!(
-            page.contains(&format!("`{}`", s.key)),
-            "{} is not documented",
-            s.key
+}
+
+/// docs/configuration.md's settings sections are rendered from the settings table: a setting,
+/// default, range or text changed in `setting_table!` without its doc fails here. Rewrite the
+/// page's sections with `LAKECACHE_WRITE_DOCS=1 cargo test --test settings`.
+#[test]
+fn the_configuration_page_is_what_the_settings_table_renders() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+    let page = std::fs::read_to_string(path).unwrap();
+    let reference = datafusion_lakecache::config::settings_reference();
+    if std::env::var_os("LAKECACHE_WRITE_DOCS").is_some() {
+        let part = generated_part(&page).expect("markers in docs/configuration.md");
+        let at = part.as_ptr() as usize - page.as_ptr() as usize;
+        let rewritten = format!("{}{reference}{}", &page[..at], &page[at + part.len()..]);
+        std::fs::write(path, rewritten).unwrap();
+        return;
+    }
+    if let Some(diff) = differences(&page, &reference) {
+        panic!(
+            "docs/configuration.md is not what the settings table renders; {diff}\n\
+             (LAKECACHE_WRITE_DOCS=1 cargo test --test settings rewrites it)"
         );
     }
     let documented = page.matches("| `lakecache.").count();
     assert_eq!(documented, datafusion_lakecache::config::SETTINGS.len());
+}
+
+#[test]
+fn a_page_whose_row_lags_the_table_is_told_apart_by_the_line() {
+    let reference = "## A\n| `lakecache.a` | 1 |\n";
+    let page = format!("intro\n{GENERATED_FROM} -->\n{reference}{GENERATED_UNTIL}\n");
+    assert_eq!(differences(&page, reference), None);
+    let lagging = page.replace("| 1 |", "| 2 |");
+    let diff = differences(&lagging, reference).unwrap();
+    assert!(diff.contains("line 2") && diff.contains("| 2 |"), "{diff}");
+    assert!(differences("no markers", reference).is_some());
 }

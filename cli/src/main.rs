@@ -219,16 +219,27 @@ fn one_line(text: &str) -> String {
 }
 
 async fn run(args: Args) -> Result<()> {
-    // Cache sizes and the disk tier belong to the LakeCache; the rest to the session. The
-    // tool's sessions are its user's own: `lakecache_clear()` is theirs to run (a setting may
-    // still turn it off).
-    let mut builder = LakeCache::builder().sql_clear(true);
+    // Settings of the LakeCache, lowest first: the tool's own default (its sessions are its
+    // user's own, so `lakecache_clear()` is theirs to run), the environment, the rc files'
+    // `SET`s of shared keys, then `--set`. The session's settings go to the session.
+    let mut builder = LakeCache::builder().sql_clear(true).with_env();
+    let rc = if args.repl_mode() {
+        rc_files(&args)
+    } else {
+        Vec::new()
+    };
+    for file in &rc {
+        for (key, value) in session::shared_settings_in(file)? {
+            builder = builder.set(&key, &value);
+        }
+    }
     let mut session_settings = Vec::new();
     for setting in &args.settings {
         let (key, value) = session::split_setting(setting)?;
-        match key.strip_prefix("lakecache.") {
-            Some(rest) if !rest.starts_with("prefetch.") => builder = builder.set(key, value),
-            _ => session_settings.push(setting.clone()),
+        if session::is_shared(key) {
+            builder = builder.set(key, value);
+        } else {
+            session_settings.push(setting.clone());
         }
     }
     let lake = builder.build()?;
@@ -247,26 +258,30 @@ async fn run(args: Args) -> Result<()> {
         progress: args.progress,
         stop_on_error: args.stop_on_error,
     };
-    let result = run_inputs(&args, &mut runner).await;
+    let result = run_inputs(&args, &rc, &mut runner).await;
     // Ranges still being written to the disk tier are kept for the next run.
     lake.flush().await;
     result
 }
 
+/// The rc files of interactive mode: `-r`'s, else `~/.datafusionrc` if there is one.
+fn rc_files(args: &Args) -> Vec<String> {
+    match &args.rc {
+        Some(files) => files.clone(),
+        None => std::env::var_os("HOME")
+            .map(|home| std::path::Path::new(&home).join(".datafusionrc"))
+            .filter(|rc| rc.is_file())
+            .map(|rc| rc.display().to_string())
+            .into_iter()
+            .collect(),
+    }
+}
+
 /// What datafusion-cli runs, in its order: in interactive mode the rc files, then the
 /// prompt; otherwise the -f files, then the -c commands.
-async fn run_inputs(args: &Args, runner: &mut Runner) -> Result<()> {
+async fn run_inputs(args: &Args, rc: &[String], runner: &mut Runner) -> Result<()> {
     if args.repl_mode() {
-        let rc = match &args.rc {
-            Some(files) => files.clone(),
-            None => std::env::var_os("HOME")
-                .map(|home| std::path::Path::new(&home).join(".datafusionrc"))
-                .filter(|rc| rc.is_file())
-                .map(|rc| rc.display().to_string())
-                .into_iter()
-                .collect(),
-        };
-        for file in &rc {
+        for file in rc {
             runner.file(file).await?;
         }
         return repl::run(runner).await;

@@ -134,3 +134,90 @@ pub fn split_setting(setting: &str) -> Result<(&str, &str)> {
         DataFusionError::Configuration(format!("--set expects KEY=VALUE, got '{setting}'"))
     })
 }
+
+/// Whether `key` goes to the `LakeCache` (a shared `lakecache.*` setting, or an unknown one,
+/// which the builder refuses by name) rather than to the session.
+pub fn is_shared(key: &str) -> bool {
+    key.starts_with("lakecache.")
+        && datafusion_lakecache::config::setting(key)
+            .is_none_or(|s| s.scope == datafusion_lakecache::config::Scope::Shared)
+}
+
+/// The `SET` statements of shared `lakecache.*` keys in the rc file `path`, as (key, value):
+/// they configure the `LakeCache`, so they are read before it is built. Running the file
+/// later sets them again to the value they already have, which a session accepts.
+pub fn shared_settings_in(path: &str) -> Result<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| DataFusionError::Execution(format!("cannot read the rc file {path}: {e}")))?;
+    Ok(set_statements(&text)
+        .into_iter()
+        .filter(|(key, _)| is_shared(key))
+        .collect())
+}
+
+/// The `SET key = value` and `SET key TO value` statements of `sql`, as (key, value), keys
+/// in lower case and values without their quotes. Comments (`--` to the end of a line) are
+/// skipped; other statements are left to the session.
+fn set_statements(sql: &str) -> Vec<(String, String)> {
+    let code: String = sql
+        .lines()
+        .map(|line| line.split_once("--").map_or(line, |(code, _)| code))
+        .collect::<Vec<_>>()
+        .join("\n");
+    code.split(';')
+        .filter_map(|statement| {
+            let words = statement.trim();
+            let rest = words
+                .get(..4)
+                .filter(|set| set.eq_ignore_ascii_case("set "))
+                .map(|_| words[4..].trim())?;
+            let (key, value) = match rest.split_once('=') {
+                Some(split) => split,
+                None => {
+                    let at = rest.to_ascii_lowercase().find(" to ")?;
+                    (&rest[..at], &rest[at + 4..])
+                }
+            };
+            let value = value.trim();
+            let unquoted = ['\'', '"']
+                .iter()
+                .find_map(|q| value.strip_prefix(*q)?.strip_suffix(*q))
+                .unwrap_or(value);
+            Some((key.trim().to_ascii_lowercase(), unquoted.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_statements_are_found_whatever_their_form() {
+        let rc = "-- the caches\nSET lakecache.range.disk_dir = '/var/cache/lc';\n\
+                  set LAKECACHE.HANDLE.CAPACITY to 50000 ;\nSELECT 1;\n\
+                  SET datafusion.execution.batch_size = 4096; -- the session's\n\
+                  SET lakecache.prefetch.max_in_flight = 64";
+        assert_eq!(
+            set_statements(rc),
+            [
+                (
+                    "lakecache.range.disk_dir".to_string(),
+                    "/var/cache/lc".to_string()
+                ),
+                ("lakecache.handle.capacity".into(), "50000".into()),
+                ("datafusion.execution.batch_size".into(), "4096".into()),
+                ("lakecache.prefetch.max_in_flight".into(), "64".into()),
+            ]
+        );
+        let shared: Vec<String> = set_statements(rc)
+            .into_iter()
+            .filter(|(k, _)| is_shared(k))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            shared,
+            ["lakecache.range.disk_dir", "lakecache.handle.capacity"]
+        );
+    }
+}

@@ -293,6 +293,71 @@ fn the_prompt_runs_the_rc_file_first() {
 }
 
 #[test]
+fn shared_settings_come_from_the_environment_the_rc_file_and_set_in_that_order() {
+    let home = tempfile::tempdir().unwrap();
+    let home_dir = home.path().display().to_string();
+    std::fs::write(
+        home.path().join(".datafusionrc"),
+        "-- the caches of this machine\n\
+         SET lakecache.handle.capacity = 4321;\n\
+         SET lakecache.range.memory = '96MiB';\n",
+    )
+    .unwrap();
+    let show = "SELECT name, value FROM information_schema.df_settings \
+                WHERE name IN ('lakecache.handle.capacity', 'lakecache.range.memory', \
+                'lakecache.index.capacity', 'lakecache.store.hedge') ORDER BY name;\n\\q\n";
+    let env = [
+        ("HOME", home_dir.as_str()),
+        ("LAKECACHE_INDEX_CAPACITY", "8MiB"),
+        ("LAKECACHE_RANGE_MEMORY", "64MiB"),
+        ("LAKECACHE_HANDLE_CAPACITY", "99"),
+    ];
+    let out = lakecache_prompt(
+        home.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "--set",
+            "lakecache.store.hedge=false",
+        ],
+        &env,
+        show,
+    );
+    let stdout = text(&out.stdout);
+    // The environment over the defaults, the rc file over the environment, --set over all.
+    for row in [
+        "lakecache.handle.capacity,4321",
+        "lakecache.index.capacity,8MiB",
+        "lakecache.range.memory,96MiB",
+        "lakecache.store.hedge,false",
+    ] {
+        assert!(
+            stdout.contains(row),
+            "{row} in {stdout}\n{}",
+            text(&out.stderr)
+        );
+    }
+
+    // In a session, a shared key says where it is set.
+    let out = lakecache(&["-c", "SET lakecache.handle.capacity = 5"], &[]);
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("LAKECACHE_HANDLE_CAPACITY")
+            && stderr.contains("rc file"),
+        "{stderr}"
+    );
+    // A misspelt variable of a settings group is refused by name.
+    let out = lakecache(&["-c", "SELECT 1"], &[("LAKECACHE_HANDLE_CAPACTY", "5")]);
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("LAKECACHE_HANDLE_CAPACTY"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn rust_log_shows_what_the_caches_report() {
     let dir = tempfile::tempdir().unwrap();
     let disk = format!("lakecache.range.disk_dir={}", dir.path().display());

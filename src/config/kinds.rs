@@ -14,6 +14,8 @@ pub(crate) trait Kind<T> {
     fn format(&self, value: &T) -> String;
     /// Whether `value` is within the accepted range.
     fn check(&self, key: &str, value: &T) -> Result<()>;
+    /// What the setting accepts, as its errors and docs/configuration.md say it.
+    fn accepted(&self) -> String;
 }
 
 /// An on/off setting.
@@ -43,6 +45,8 @@ pub(crate) struct Dir;
 /// Longest accepted duration: ten years. Longer values are almost certainly unit mistakes, and
 /// moka rejects expiries beyond about a thousand years with a panic.
 const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+const DIR_VALUES: &str = "a directory path, or nothing for none";
+const BOOL_VALUES: &str = "true or false (also on/off, 1/0)";
 const DURATION_RANGE: &str =
     "a duration from 0 to 3650d such as 0, 500ms, 30s, 10m, 2h or 1d (0 means none)";
 
@@ -65,6 +69,10 @@ impl Kind<bool> for Flag {
     fn check(&self, _key: &str, _value: &bool) -> Result<()> {
         Ok(())
     }
+
+    fn accepted(&self) -> String {
+        BOOL_VALUES.to_string()
+    }
 }
 
 impl Count {
@@ -83,6 +91,10 @@ macro_rules! count_kind {
 
             fn format(&self, value: &$t) -> String {
                 value.to_string()
+            }
+
+            fn accepted(&self) -> String {
+                self.expected()
             }
 
             fn check(&self, key: &str, value: &$t) -> Result<()> {
@@ -124,6 +136,10 @@ impl Kind<u64> for Size {
         format_bytes(*value)
     }
 
+    fn accepted(&self) -> String {
+        self.expected()
+    }
+
     fn check(&self, key: &str, value: &u64) -> Result<()> {
         if *value < self.min || *value > self.max {
             return Err(invalid(key, &value.to_string(), &self.expected()));
@@ -139,6 +155,10 @@ impl Kind<Duration> for Span {
 
     fn format(&self, value: &Duration) -> String {
         format_duration(*value)
+    }
+
+    fn accepted(&self) -> String {
+        DURATION_RANGE.to_string()
     }
 
     fn check(&self, key: &str, value: &Duration) -> Result<()> {
@@ -159,6 +179,10 @@ impl Kind<Option<Duration>> for OptionalSpan {
         format_duration(value.unwrap_or_default())
     }
 
+    fn accepted(&self) -> String {
+        DURATION_RANGE.to_string()
+    }
+
     fn check(&self, key: &str, value: &Option<Duration>) -> Result<()> {
         value.as_ref().map_or(Ok(()), |d| Span.check(key, d))
     }
@@ -176,11 +200,13 @@ impl Kind<Option<PathBuf>> for Dir {
             .map_or(String::new(), |d| d.display().to_string())
     }
 
+    fn accepted(&self) -> String {
+        DIR_VALUES.to_string()
+    }
+
     fn check(&self, key: &str, value: &Option<PathBuf>) -> Result<()> {
         match value {
-            Some(d) if d.as_os_str().is_empty() => {
-                Err(invalid(key, "", "a directory, or nothing for none"))
-            }
+            Some(d) if d.as_os_str().is_empty() => Err(invalid(key, "", DIR_VALUES)),
             _ => Ok(()),
         }
     }
@@ -191,7 +217,7 @@ pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" | "on" | "1" => Ok(true),
         "false" | "off" | "0" => Ok(false),
-        _ => Err(invalid(key, value, "true or false")),
+        _ => Err(invalid(key, value, BOOL_VALUES)),
     }
 }
 

@@ -3,16 +3,18 @@
 //! `setting_table!` lists each setting a single time: its field, type, default, accepted
 //! range, `lakecache.*` key, builder method, scope and description. From that one table come
 //! the settings structs ([`HandleConfig`], [`IndexConfig`], [`PrefetchConfig`],
-//! [`RangeConfig`], [`StoreConfig`], [`SqlConfig`]), [`Settings::set`] and [`Settings::get`] (the string form SQL `SET`, `SHOW
-//! ALL` and configuration files use), validation with a message naming the setting, the
-//! [`SETTINGS`] list, and the builder methods of `LakeCacheBuilder`. Adding a setting is one
-//! row.
+//! [`RangeConfig`], [`StoreConfig`], [`SqlConfig`]), [`Settings::set`] and [`Settings::get`]
+//! (the string form of SQL `SET`, `SHOW ALL` and `LakeCacheBuilder::set`), validation with a
+//! message naming the setting, the [`SETTINGS`] list, and the builder methods of
+//! `LakeCacheBuilder`. Adding a setting is one row.
 //!
-//! Settings of the caches are shared by every session of a `LakeCache`; prefetching settings
-//! belong to each session ([`Scope`]).
+//! Prefetching settings belong to each session; every other setting (the caches',
+//! `lakecache.store.*` and `lakecache.sql.*`) is shared by every session of a `LakeCache`
+//! ([`Scope`]).
 
 mod kinds;
 mod options;
+mod reference;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use kinds::{Count, Dir, Flag, Kind, OptionalSpan, Size, Span};
 use kinds::{parse_bytes, parse_duration};
 pub(crate) use options::Installed;
 pub use options::LakeOptions;
+pub use reference::{VARIABLE_PREFIX, settings_reference, variable_of};
 
 /// Largest byte size accepted anywhere: 1 PiB. Larger values are unit mistakes.
 const PIB: u64 = 1 << 50;
@@ -50,90 +53,116 @@ pub struct Setting {
 
 /// The table of every setting; `$then!` is called with it (see the module docs).
 ///
-/// Each row: `field: Type = default, kind, "key", builder_method, Scope, "description";`
+/// Each group: its doc, struct, group name and title (a heading of docs/configuration.md).
+/// Each row: `field: Type = default, kind, "key", builder_method, Scope, "description",
+/// "what it trades";`. The description is the line `SHOW ALL` and rustdoc show; what it trades
+/// follows it in docs/configuration.md.
 macro_rules! setting_table {
     ($then:ident) => {
         $then! {
             /// Settings of the handle cache (object metadata, listings, local descriptors).
-            HandleConfig handle {
+            HandleConfig handle "Handle cache" {
                 enabled: bool = true, Flag, "lakecache.handle.enabled", handle_cache, Shared,
-                    "Whether object metadata (HEAD, LIST) and local descriptors are cached.";
+                    "Whether object metadata (HEAD, LIST) and local descriptors are cached.",
+                    "Off: every HEAD and LIST reaches the store and no descriptor is kept. Scans still read at the version they planned with, and their bytes are still kept.";
                 capacity: u64 = 10_000, Count { min: 1, max: 1 << 40 },
                     "lakecache.handle.capacity", handle_capacity, Shared,
-                    "Object metadata entries (HEAD, GET and LIST results) kept.";
+                    "Object metadata entries (HEAD, GET and LIST results) kept.",
+                    "Also bounds cached listings, weighed one per object. More entries: fewer HEADs on huge lakes, a little more memory (about 200 bytes each).";
                 ttl: Duration = Duration::from_secs(600), Span,
                     "lakecache.handle.ttl", handle_ttl, Shared,
-                    "How long cached object metadata and open descriptors are trusted; 0 means no expiry.";
+                    "How long cached object metadata and open descriptors are trusted; 0 means no expiry.",
+                    "Longer: fewer requests; a file replaced behind the cache's back is noticed later (a read of a replaced object is still never mixed: see Consistency below).";
                 idle_timeout: Option<Duration> = None, OptionalSpan,
                     "lakecache.handle.idle_timeout", handle_idle_timeout, Shared,
-                    "Entries not used for this long are dropped; 0 means no idle timeout.";
+                    "Entries not used for this long are dropped; 0 means no idle timeout.",
+                    "Frees the descriptors of files no query reads any more.";
                 list_ttl: Duration = Duration::from_secs(60), Span,
                     "lakecache.handle.list_ttl", list_ttl, Shared,
-                    "How long a cached listing is reused: new files show up at most this late.";
+                    "How long a cached listing is reused: new files show up at most this late.",
+                    "Longer: fewer LISTs; files added to a table show up in queries later.";
                 max_open_files: usize = 1_000, Count { min: 0, max: 1 << 20 },
                     "lakecache.handle.max_open_files", max_open_files, Shared,
-                    "Local file descriptors kept open for reuse (0 = off), at most half the soft ulimit.";
+                    "Local file descriptors kept open for reuse (0 = off), at most half the soft ulimit.",
+                    "Descriptors are kept for positional reads of `file://` objects; never more than half the process's soft `ulimit -n`, whatever is set.";
             }
             /// Settings of the index cache (Parquet footers, page indexes, bloom filters).
-            IndexConfig index {
+            IndexConfig index "Index cache" {
                 enabled: bool = true, Flag, "lakecache.index.enabled", index_cache, Shared,
-                    "Whether decoded Parquet footers, page indexes and bloom filters are kept.";
+                    "Whether decoded Parquet footers, page indexes and bloom filters are kept.",
+                    "Off: footers, page indexes and bloom filters are read and decoded by every scan (and by planning), as DataFusion does without a metadata cache.";
                 capacity_bytes: u64 = 256 << 20, Size { min: 1, max: PIB },
                     "lakecache.index.capacity", index_capacity_bytes, Shared,
-                    "Bytes of decoded Parquet footers, page indexes and bloom filters kept.";
+                    "Bytes of decoded Parquet footers, page indexes and bloom filters kept.",
+                    "Larger: more files stay warm; the memory is held until evicted. Sizes are powers of 1024.";
                 max_entry_percent: u8 = 25, Count { min: 1, max: 100 },
                     "lakecache.index.max_entry_percent", index_max_entry_percent, Shared,
-                    "An index entry above this share of the capacity (in percent) is not kept.";
+                    "An index entry above this share of the capacity (in percent) is not kept.",
+                    "So that one huge footer cannot flush every other file's. Refusals are counted (`index` / `rejected` in `lakecache_metrics()`).";
                 on_listing: bool = true, Flag, "lakecache.index.on_listing", index_on_listing, Shared,
-                    "Whether a listing's Parquet files have their footers loaded before the listing ends, all at once within the prefetch ceiling and budget: registering a table then takes one round trip for its footers, not one per 32 files.";
+                    "Whether a listing's Parquet files have their footers loaded before the listing ends, all at once within the prefetch ceiling and budget: registering a table then takes one round trip for its footers, not one per 32 files.",
+                    "DataFusion's planning then finds the footers cached. The reads use the `LakeCache`'s prefetch settings as built, not a session's. Off: registration reads footers as DataFusion does, 32 at a time, small files whole.";
             }
             /// Settings of prefetching. The number of downloads in flight is not a setting: it
             /// grows while the aggregate throughput still rises, then holds 1.5 x the link's
             /// measured bandwidth-delay product, bounded only by `max_in_flight`. The bytes
             /// they may hold follow `clamp(downloads x largest range seen, buffer, 4 x buffer)`,
             /// raised to the bytes wanted in flight plus the buffer, never above `max_bytes`.
-            PrefetchConfig prefetch {
+            PrefetchConfig prefetch "Prefetching" {
                 enabled: bool = true, Flag, "lakecache.prefetch.enabled", prefetch, Session,
-                    "Whether this session's Parquet scans download ahead of their readers.";
+                    "Whether this session's Parquet scans download ahead of their readers.",
+                    "Off: scans read as DataFusion does, one request at a time per partition.";
                 max_in_flight: usize = 512, Count { min: 1, max: 4096 },
                     "lakecache.prefetch.max_in_flight", prefetch_max_in_flight, Session,
-                    "Ceiling on one scan's downloads in flight (the store's request rate, sockets); within it they are sized to the link's measured bandwidth-delay product.";
+                    "Ceiling on one scan's downloads in flight (the store's request rate, sockets); within it they are sized to the link's measured bandwidth-delay product.",
+                    "A ceiling, not the number in flight (that follows the link). Each download is a connection to the store, and stores throttle per prefix (S3: about 5,500 GETs a second): lower it for a store that answers 503 or a process short of sockets.";
                 buffer_bytes: u64 = 32 << 20, Size { min: 1, max: PIB },
                     "lakecache.prefetch.buffer", prefetch_buffer_bytes, Session,
-                    "Smallest byte budget of a scan's prefetches: clamp(downloads x largest range, buffer, 4 x buffer).";
+                    "Smallest byte budget of a scan's prefetches: clamp(downloads x largest range, buffer, 4 x buffer).",
+                    "At most `max_bytes`. The budget is raised to the bytes the link needs in flight plus this buffer.";
                 max_bytes: u64 = 256 << 20, Size { min: 1, max: PIB },
                     "lakecache.prefetch.max_bytes", prefetch_max_bytes, Session,
-                    "Largest byte budget of a scan's prefetches, whatever the rule gives (at least the buffer).";
+                    "Largest byte budget of a scan's prefetches, whatever the rule gives (at least the buffer).",
+                    "At least `buffer`. A range larger than this is never prefetched.";
                 small_file_bytes: u64 = 512 << 10, Size { min: 1, max: PIB },
                     "lakecache.prefetch.small_file", prefetch_small_file_bytes, Session,
-                    "A file this small whose footer is not cached is fetched whole in one request.";
+                    "A file this small whose footer is not cached is fetched whole in one request.",
+                    "Footer and data in one request, as DataFusion's metadata size hint reads such files whole.";
                 split_bytes: u64 = 8 << 20, Size { min: 64 << 10, max: PIB },
                     "lakecache.prefetch.split_size", prefetch_split_bytes, Session,
-                    "Ranges longer than this are fetched as parallel requests of this size.";
+                    "Ranges longer than this are fetched as parallel requests of this size.",
+                    "More requests, but a single slow connection no longer holds a whole column chunk.";
             }
             /// Settings of the range cache (bytes of remote objects, in memory and on disk).
-            RangeConfig range {
+            /// Bytes of `file://` objects are left to the operating system's page cache.
+            RangeConfig range "Range cache" {
                 enabled: bool = true, Flag, "lakecache.range.enabled", range_cache, Shared,
-                    "Whether bytes read from remote stores are kept and served again.";
+                    "Whether bytes read from remote stores are kept and served again.",
+                    "Off: every read goes to the store, as without lakecache.";
                 memory_bytes: u64 = 1 << 30, Size { min: 1 << 20, max: PIB },
                     "lakecache.range.memory", range_memory_bytes, Shared,
-                    "Bytes of remote objects kept in memory; ranges read twice win over ranges read once.";
+                    "Bytes of remote objects kept in memory; ranges read twice win over ranges read once.",
+                    "A range larger than an eighth of it is not kept. When full, moka's TinyLFU admission lets a range in only if it is read more often than what it would push out: one large scan does not flush the ranges repeated queries read. Not reserved in DataFusion's `MemoryPool`: it is shared by every session and bounded by this capacity.";
                 disk_dir: Option<PathBuf> = None, Dir,
                     "lakecache.range.disk_dir", range_disk_dir, Shared,
-                    "Directory where bytes of remote objects are also kept, checksummed, across restarts; empty = none.";
+                    "Directory where bytes of remote objects are also kept, checksummed, across restarts; empty = none.",
+                    "Also `range_disk(dir, bytes)`. Ranges of versions named by a content digest (S3's e_tags of single-part uploads) are written, one file each with the version and a checksum in its header; a new process reuses them. An entry whose bytes or version do not match is deleted and fetched again, never returned.";
                 disk_bytes: u64 = 16 << 30, Size { min: 1 << 20, max: PIB },
                     "lakecache.range.disk_capacity", range_disk_bytes, Shared,
-                    "Bytes the disk tier keeps; least recently used ranges go first.";
+                    "Bytes the disk tier keeps; least recently used ranges go first.",
+                    "Writes happen off the query's path; when the disk falls behind by more than 256 MiB, ranges are not written (counted as `skipped`).";
             }
             /// Settings of the requests the versioned read makes to a store.
-            StoreConfig store {
+            StoreConfig store "Store requests" {
                 hedge: bool = true, Flag, "lakecache.store.hedge", hedge_requests, Shared,
-                    "Whether a GET still waiting for its first byte past the 95th percentile of recent ones is sent again (at most 5% more requests; first answer wins).";
+                    "Whether a GET still waiting for its first byte past the 95th percentile of recent ones is sent again (at most 5% more requests; first answer wins).",
+                    "The percentile is of the store's last 256 waits, once 8 are known. At most one copy per 20 requests (a copy that is slow too may get a third attempt within that share); only the wait for the response is raced, never a body already arriving. A copy carries the same `If-Match`, so it reads the same version or fails the same way. Counted as `store` / `hedged` and `hedges_won` in `lakecache_metrics()`. Off for a store that bills per request or throttles near its limit.";
             }
             /// What installed sessions may do in SQL.
-            SqlConfig sql {
+            SqlConfig sql "SQL" {
                 clear: bool = false, Flag, "lakecache.sql.clear", sql_clear, Shared,
-                    "Whether sessions get lakecache_clear(), which empties the caches every session shares: off, so that no session can empty every tenant's caches.";
+                    "Whether sessions get lakecache_clear(), which empties the caches every session shares: off, so that no session can empty every tenant's caches.",
+                    "`lakecache_clear()` empties every cache, `lakecache_clear('handle' | 'index' | 'range')` one, when the query runs (not when it is planned or explained). The `lakecache` tool turns it on for its own sessions.";
             }
         }
     };
@@ -144,9 +173,9 @@ pub(crate) use setting_table;
 macro_rules! define_settings {
     ($(
         $(#[$doc:meta])*
-        $name:ident $group:ident {
+        $name:ident $group:ident $title:literal {
             $($field:ident: $ty:ty = $default:expr, $kind:expr, $key:literal, $builder:ident,
-              $scope:ident, $desc:literal;)*
+              $scope:ident, $desc:literal, $trades:literal;)*
         }
     )*) => {
         $(

@@ -6,10 +6,10 @@
 //! must keep it to be read back.
 //!
 //! Prefetching settings belong to the session: `SET lakecache.prefetch.max_in_flight = 16`
-//! changes that session's next scans. The cache settings belong to the `LakeCache` every
-//! installed session shares; they are listed with their values, and a `SET` to another value
-//! is refused with the way to change them, rather than silently applying to other sessions'
-//! caches.
+//! changes that session's next scans. Every other setting (the caches', `lakecache.store.*`
+//! and `lakecache.sql.*`) belongs to the `LakeCache` every installed session shares; they are
+//! listed with their values, and a `SET` to another value is refused with the way to change
+//! them, rather than silently applying to other sessions.
 
 use std::any::Any;
 
@@ -66,8 +66,10 @@ impl ExtensionOptions for LakeOptions {
         }
         Err(DataFusionError::Configuration(format!(
             "{key} is {now} for every session sharing this LakeCache and cannot be changed by \
-             one of them; build the LakeCache with it instead (LakeCache::builder().set(\"{key}\", \
-             \"{value}\"))"
+             one of them; set it where the LakeCache is built: LakeCache::builder().set(\"{key}\", \
+             \"{value}\"), the variable {} read by LakeCacheBuilder::from_env, or for the \
+             lakecache tool its rc file or --set",
+            super::variable_of(&key)
         )))
     }
 
@@ -83,7 +85,7 @@ impl ExtensionOptions for LakeOptions {
     }
 }
 
-/// Marks a session built by `LakeCache::install`, whose final plans the scan rule rewrites;
-/// `LakeTable` then leaves its scans to the rule.
+/// Marks a session built by `LakeCache::install`, whose query planner rewrites the scans of
+/// every final plan; `LakeTable` then leaves its scans to the planner.
 #[derive(Debug, Default)]
 pub struct Installed;
