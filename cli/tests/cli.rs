@@ -483,6 +483,28 @@ fn the_demo_prints_a_line_for_each_capability() {
         stdout.contains("s3://demo/small/ (4 Parquet files of 5000 rows"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("in one SessionContext per side, kept across its runs"),
+        "{stdout}"
+    );
+    // Both sides kept their session: from run 2 on, neither lists or reads a footer again
+    // (DataFusion's own listing and footer caches, and the LakeCache's).
+    for side in ["  DataFusion ", "  lakecache "] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(side) && l.contains('→'))
+            .unwrap_or_else(|| panic!("{side}:\n{stdout}"));
+        let counts = |text: &str| -> Vec<u64> {
+            text.trim()
+                .split('/')
+                .map(|n| n.parse::<u64>().unwrap())
+                .collect()
+        };
+        let (cold, warm) = line.rsplit_once("   ").unwrap().1.split_once('→').unwrap();
+        let (cold, warm) = (counts(cold), counts(warm));
+        assert!(cold[1] >= 1 && warm[1] == 0, "{side}: listed again: {line}");
+        assert!(warm[2] < cold[2], "{side}: read footers again: {line}");
+    }
     for line in [
         "DataFusion",
         "lakecache, restarted on disk",
