@@ -121,7 +121,7 @@ async fn main() -> datafusion::error::Result<()> {
                 t.off.as_secs_f64() / t.on.as_secs_f64(),
             );
         }
-        let s = lake.stats().handles;
+        let s = lake.stats().handle;
         eprintln!("{store_name}: {s:?}");
     }
     Ok(())

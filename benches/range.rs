@@ -174,7 +174,7 @@ async fn main() -> Result<()> {
         sides[2].register, sides[1].register
     );
     cache.flush().await;
-    println!("  range cache: {:?}", cache.stats().ranges);
+    println!("  range cache: {:?}", cache.stats().range);
     drop(cache);
 
     // A new process: a new LakeCache on the disk tier the first one filled.
@@ -198,7 +198,7 @@ async fn main() -> Result<()> {
     }
     println!("W1 new process, warm disk tier: CREATE {created:?}");
     println!("  runs 1-3: {}", line.join(" | "));
-    let r = cache.stats().ranges;
+    let r = cache.stats().range;
     println!(
         "  bytes from disk {}, from memory {}, from store {}",
         r.bytes_from_disk, r.bytes_from_memory, r.bytes_from_store
@@ -222,7 +222,7 @@ async fn main() -> Result<()> {
             let cache = LakeCache::builder().build()?;
             let sides = compare(&w2, latency, bandwidth, &cache, sql).await?;
             print(&format!("W2 {name}, runs 1-3"), &sides);
-            let r = cache.stats().ranges;
+            let r = cache.stats().range;
             println!(
                 "  range cache memory {:.1} MiB of {:.0} MiB",
                 r.memory_bytes as f64 / 1048576.0,

@@ -136,7 +136,7 @@ async fn main() -> Result<()> {
                 let lake = LakeCache::builder().build()?;
                 remote.reset();
                 let took = at_once(n, &lake, stores, &remote, sql).await?;
-                cold.push((took, remote.counts(), lake.stats().handles.proof_heads));
+                cold.push((took, remote.counts(), lake.stats().handle.proof_heads));
             }
             // Warm: one session fills a new LakeCache; then new sessions one by one.
             let mut warm = Vec::new();
@@ -147,10 +147,10 @@ async fn main() -> Result<()> {
             ] {
                 let lake = LakeCache::builder().build()?;
                 session(&lake, Arc::clone(&remote) as Arc<dyn ObjectStore>, sql).await?;
-                let heads_before = lake.stats().handles.proof_heads;
+                let heads_before = lake.stats().handle.proof_heads;
                 remote.reset();
                 let took = one_by_one(n, &lake, stores, &remote, sql).await?;
-                let heads = lake.stats().handles.proof_heads - heads_before;
+                let heads = lake.stats().handle.proof_heads - heads_before;
                 warm.push((took, remote.counts(), heads, n));
             }
             println!(

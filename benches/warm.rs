@@ -146,7 +146,7 @@ async fn main() -> Result<()> {
     );
     for (n, _, lake) in &sessions {
         if let Some(lake) = lake {
-            let r = lake.stats().ranges;
+            let r = lake.stats().range;
             println!(
                 "  {}: bytes from memory {:.1} MB, disk {:.1} MB, store {:.1} MB",
                 SIDES[*n],

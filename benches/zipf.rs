@@ -120,7 +120,7 @@ async fn main() -> Result<()> {
         ctx.register_parquet("t", table, ParquetReadOptions::default())
             .await?;
         store.reset();
-        let before = lake.stats().ranges;
+        let before = lake.stats().range;
         let (mut lookups, mut scans) = (Vec::new(), Vec::new());
         // Lookups that sent no request to the store: served by a cache (or the local disk).
         let mut unsent = Vec::new();
@@ -137,7 +137,7 @@ async fn main() -> Result<()> {
                 false => scans.push(took),
             }
         }
-        let r = lake.stats().ranges;
+        let r = lake.stats().range;
         let (hits, misses) = (
             r.memory.hits - before.memory.hits,
             r.memory.misses - before.memory.misses,

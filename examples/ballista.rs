@@ -136,9 +136,9 @@ async fn in_process() -> Result<()> {
             println!(
                 "  executor {i}: footers {} hits / {} misses, descriptors and metadata {} hits, \
                  {} prefetch downloads",
-                s.index.cache.hits,
-                s.index.cache.misses,
-                s.handles.metadata.hits,
+                s.index.footers.hits,
+                s.index.footers.misses,
+                s.handle.metadata.hits,
                 s.prefetch.requests
             );
         }

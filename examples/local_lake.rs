@@ -40,7 +40,7 @@ async fn main() -> datafusion::error::Result<()> {
             .sql("SELECT category, count(*) AS n FROM t GROUP BY category ORDER BY category")
             .await?;
         let rows: usize = df.collect().await?.iter().map(|b| b.num_rows()).sum();
-        let s = lake.stats().handles;
+        let s = lake.stats().handle;
         println!(
             "query {query}: {rows} groups; listings {} hits / {} misses, descriptors {} hits / {} opened, {} open now",
             s.listings.hits, s.listings.misses, s.files.hits, s.files.misses, s.open_files

@@ -67,8 +67,8 @@ async fn main() -> datafusion::error::Result<()> {
     let s = lake.stats();
     println!(
         "index: {} hits / {} misses; prefetch: {} requests, {} KiB",
-        s.index.cache.hits,
-        s.index.cache.misses,
+        s.index.footers.hits,
+        s.index.footers.misses,
         s.prefetch.requests,
         s.prefetch.bytes_fetched >> 10
     );

@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets (`fuzz/`) and their seeded in-test version
 //! (`tests/fuzz.rs`): the decode paths that read bytes from outside, each of which must give
-//! a value or an error for any input, never a panic or a huge allocation. Not part of the
-//! crate's API.
+//! a value or an error for any input, never a panic or a huge allocation. Built with the
+//! `fuzz` feature only; not needed to embed the library.
 
 use std::ops::Range;
 

@@ -125,7 +125,7 @@ impl LakeCache {
     /// DataFusion's cache configuration for a runtime of one's own (a Ballista executor's, a
     /// product's that builds its `RuntimeEnv` by hand): DataFusion's footer and statistics
     /// caches, one of each per configuration, with their entries checked against the
-    /// versions the handle cache knows ([`CheckedCache`]), and listings kept no longer than
+    /// versions the handle cache knows, and listings kept no longer than
     /// the handle cache's listing TTL. DataFusion keys these caches by path alone, with no
     /// store to prove access with, so they are the runtime's own (as in plain DataFusion);
     /// footers, page indexes, bloom filters and bytes are shared by version in the
@@ -167,9 +167,9 @@ impl LakeCache {
     /// A snapshot of every cache's figures.
     pub fn stats(&self) -> LakeStats {
         LakeStats {
-            handles: self.handles().stats(),
+            handle: self.handles().stats(),
             index: self.index().stats(),
-            ranges: self.ranges().stats(),
+            range: self.ranges().stats(),
             prefetch: self.scans.counters.snapshot(),
             store: self.scans.caches.hedges.snapshot(),
         }

@@ -13,7 +13,7 @@ pub mod ballista;
 pub mod config;
 #[cfg(feature = "delta")]
 pub mod delta;
-#[doc(hidden)]
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
 mod handle;
 mod index;
@@ -37,5 +37,5 @@ pub use object::{StoreIdentity, VersionChanged};
 pub use stats::{
     Activity, CacheStats, HandleStats, IndexStats, LakeStats, PrefetchStats, RangeStats, StoreStats,
 };
-pub use store::{Caches, CachingObjectStore, CheckedCache, MadeFor, PathKey};
-pub use table::{LakeTable, LakeTableFactory, ScanCaches};
+pub use store::CachingObjectStore;
+pub use table::{LakeTable, LakeTableFactory};

@@ -120,7 +120,7 @@ pub struct HandleStats {
 #[non_exhaustive]
 pub struct IndexStats {
     /// Lookups, evictions and entries.
-    pub cache: CacheStats,
+    pub footers: CacheStats,
     /// Bytes held now.
     pub bytes: u64,
     /// Footer loads run for scans. Unchanged across warm queries.
@@ -131,7 +131,7 @@ pub struct IndexStats {
     pub rejected: u64,
     /// The bloom-filter entries alone (they share the capacity with footers): lookups,
     /// removals and entries.
-    pub blooms: CacheStats,
+    pub bloom_filters: CacheStats,
     /// Bytes the bloom-filter entries hold.
     pub bloom_bytes: u64,
     /// Footer and bloom-filter loads running now.
@@ -263,11 +263,11 @@ pub struct StoreStats {
 #[non_exhaustive]
 pub struct LakeStats {
     /// The handle cache.
-    pub handles: HandleStats,
+    pub handle: HandleStats,
     /// The index cache.
     pub index: IndexStats,
     /// The range cache.
-    pub ranges: RangeStats,
+    pub range: RangeStats,
     /// Prefetching, over every scan so far.
     pub prefetch: PrefetchStats,
     /// Requests to the stores.
@@ -278,16 +278,16 @@ impl LakeStats {
     /// Every figure as (cache, metric, value), the rows of `lakecache_metrics()`.
     pub fn rows(&self) -> Vec<(&'static str, &'static str, u64)> {
         let mut rows = Vec::new();
-        let h = &self.handles;
+        let h = &self.handle;
         for (cache, s) in [
             ("handle.metadata", h.metadata),
             ("handle.listings", h.listings),
             ("handle.files", h.files),
             ("handle.proofs", h.proofs),
-            ("index", self.index.cache),
-            ("index.bloom", self.index.blooms),
-            ("range.memory", self.ranges.memory),
-            ("range.disk", self.ranges.disk),
+            ("index", self.index.footers),
+            ("index.bloom", self.index.bloom_filters),
+            ("range.memory", self.range.memory),
+            ("range.disk", self.range.disk),
         ] {
             rows.extend([
                 (cache, "hits", s.hits),
@@ -311,7 +311,7 @@ impl LakeStats {
             ("index", "reloads", self.index.reloads),
             ("index", "warmed", self.index.warmed),
         ]);
-        let r = &self.ranges;
+        let r = &self.range;
         rows.extend([
             ("range.memory", "bytes", r.memory_bytes),
             ("range.memory", "capacity", r.memory_capacity),

@@ -147,19 +147,19 @@ async fn the_corpus_on_a_cluster_returns_single_process_rows_and_repeats_from_ex
             let stats = e.setup.lake().stats();
             eprintln!(
                 "{} executor {i}: {:?} {:?}",
-                b.name, stats.index.cache, stats.ranges.memory
+                b.name, stats.index.footers, stats.range.memory
             );
             assert!(
-                stats.index.cache.hits > 0,
+                stats.index.footers.hits > 0,
                 "{} executor {i}: {:?}",
                 b.name,
                 stats.index
             );
             assert!(
-                stats.ranges.memory.hits > 0,
+                stats.range.memory.hits > 0,
                 "{} executor {i}: {:?}",
                 b.name,
-                stats.ranges
+                stats.range
             );
             assert!(
                 stats.prefetch.scans > 0,

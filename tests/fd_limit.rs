@@ -28,7 +28,7 @@ async fn two_hundred_files_ten_scans_under_a_low_ulimit() {
                 assert_eq!(got, want, "{} run {run}", b.name);
             }
         }
-        let stats = lake.stats().handles;
+        let stats = lake.stats().handle;
         assert!(stats.open_files <= 128, "{}: {stats:?}", b.name);
         assert!(stats.files.entries <= 128, "{}: {stats:?}", b.name);
     }

@@ -37,7 +37,7 @@ async fn a_scan_through_the_cache_returns_the_lakes_rows_and_records_its_files()
             "{}: {rows:?}",
             b.name
         );
-        let stats = lake.stats().handles;
+        let stats = lake.stats().handle;
         assert!(stats.metadata.entries >= 4, "{}: {stats:?}", b.name);
     }
 }
@@ -66,7 +66,7 @@ async fn repeated_scans_are_identical_and_make_no_head_or_list() {
                 }
             }
         }
-        let stats = lake.stats().handles;
+        let stats = lake.stats().handle;
         assert!(stats.listings.hits >= 29, "{}: {stats:?}", b.name);
         if b.name == "local" {
             assert!(stats.files.hits > 0, "descriptors reused: {stats:?}");
@@ -226,7 +226,7 @@ async fn different_projections_over_cached_handles_return_the_plain_stores_rows(
                 b.name
             );
         }
-        assert!(lake.stats().handles.listings.hits >= 4);
+        assert!(lake.stats().handle.listings.hits >= 4);
     }
 }
 
@@ -257,7 +257,7 @@ async fn scans_stay_correct_after_entries_expire() {
             "expired listing fetched again: {:?}",
             counted.counts()
         );
-        let stats = lake.stats().handles;
+        let stats = lake.stats().handle;
         assert!(
             stats.listings.expirations + stats.metadata.expirations > 0,
             "{}: {stats:?}",
@@ -281,7 +281,7 @@ async fn the_configured_capacity_bounds_the_cache() {
         for _ in 0..3 {
             assert_eq!(scan(&b, store.clone(), WORKLOAD[0]).await.unwrap(), want);
         }
-        let stats = lake.stats().handles;
+        let stats = lake.stats().handle;
         assert!(stats.metadata.entries <= capacity, "{}: {stats:?}", b.name);
         assert!(stats.metadata.evictions > 0, "{}: {stats:?}", b.name);
         assert!(stats.files.entries <= 4, "{}: {stats:?}", b.name);
@@ -318,7 +318,7 @@ async fn eight_concurrent_tasks_over_one_cache_return_the_plain_stores_rows() {
                 assert_eq!(got, want, "{}: {sql}", b.name);
             }
         }
-        assert!(lake.stats().handles.listings.hits > 0);
+        assert!(lake.stats().handle.listings.hits > 0);
     }
 }
 
@@ -351,10 +351,10 @@ async fn ranged_reads_of_a_replaced_object_come_from_one_version() {
             .unwrap_or_else(|| panic!("{}: not a version change: {err}", b.name));
         assert_eq!(changed.path, path.to_string());
         assert!(
-            lake.stats().handles.version_changes > 0,
+            lake.stats().handle.version_changes > 0,
             "{}: the change was noticed: {:?}",
             b.name,
-            lake.stats().handles
+            lake.stats().handle
         );
         // The next read is of the new version, whole.
         let got = store.get_ranges(&path, &ranges).await.unwrap();

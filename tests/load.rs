@@ -147,24 +147,24 @@ async fn load(b: Backend) {
              8, listings {} of 8, descriptors {} of 4, index {} of 65536 bytes, memory {} of \
              1048576 bytes, disk {} of 1048576 bytes; {} index and {} range evictions",
             b.name,
-            s.handles.metadata.entries,
-            s.handles.listings.entries,
-            s.handles.files.entries,
+            s.handle.metadata.entries,
+            s.handle.listings.entries,
+            s.handle.files.entries,
             s.index.bytes,
-            s.ranges.memory_bytes,
-            s.ranges.disk_bytes,
-            s.index.cache.evictions,
-            s.ranges.memory.evictions
+            s.range.memory_bytes,
+            s.range.disk_bytes,
+            s.index.footers.evictions,
+            s.range.memory.evictions
         ),
     );
-    assert!(s.handles.metadata.entries <= 8, "{s:?}");
-    assert!(s.handles.listings.entries <= 8, "{s:?}");
-    assert!(s.handles.files.entries <= 4, "{s:?}");
+    assert!(s.handle.metadata.entries <= 8, "{s:?}");
+    assert!(s.handle.listings.entries <= 8, "{s:?}");
+    assert!(s.handle.files.entries <= 4, "{s:?}");
     assert!(s.index.bytes <= 64 << 10, "{s:?}");
-    assert!(s.ranges.memory_bytes <= 1 << 20, "{s:?}");
-    assert!(s.ranges.disk_bytes <= 1 << 20, "{s:?}");
+    assert!(s.range.memory_bytes <= 1 << 20, "{s:?}");
+    assert!(s.range.disk_bytes <= 1 << 20, "{s:?}");
     assert!(
-        s.index.cache.evictions + s.ranges.memory.evictions > 0,
+        s.index.footers.evictions + s.range.memory.evictions > 0,
         "constant eviction: {s:?}"
     );
     // Every descriptor closed once the caches let go of them (and the disk tier's writes

@@ -44,7 +44,7 @@ async fn fill_disk_tier(b: &common::Backend, dir: &std::path::Path, sql: &str) -
     let ctx = session(b, b.counting(), &lake).await;
     assert_eq!(rows(&ctx, sql).await.unwrap(), want);
     lake.flush().await;
-    assert!(lake.stats().ranges.disk_writes > 0);
+    assert!(lake.stats().range.disk_writes > 0);
     want
 }
 
@@ -73,11 +73,11 @@ async fn repeated_scans_of_a_remote_lake_make_no_requests() {
                     gets <= most,
                     "{}: run {run}: {gets} GETs: {sql}: {:?}",
                     b.name,
-                    lake.stats().ranges
+                    lake.stats().range
                 );
             }
         }
-        let r = lake.stats().ranges;
+        let r = lake.stats().range;
         assert!(
             r.bytes_from_memory > 0 && r.memory_bytes > 0,
             "{}: {r:?}",
@@ -183,7 +183,7 @@ async fn a_new_process_with_a_warm_disk_tier_reads_no_data() {
             // s3s-fs lists objects without their e_tags: one HEAD each learns them.
             assert_eq!(counts.head, files as u64, "{}", b.name);
         }
-        let r = lake.stats().ranges;
+        let r = lake.stats().range;
         assert!(r.bytes_from_disk > 0, "{}: {r:?}", b.name);
     }
 }
@@ -212,7 +212,7 @@ async fn bytes_on_the_disk_tier_are_fetched_ahead_of_the_readers() {
         let p = lake.stats().prefetch;
         assert!(p.requests > before, "{}: {p:?}", b.name);
         assert!(p.bytes_used > 0, "{}: the readers took them: {p:?}", b.name);
-        assert!(lake.stats().ranges.bytes_from_disk > 0, "{}", b.name);
+        assert!(lake.stats().range.bytes_from_disk > 0, "{}", b.name);
     }
 }
 
@@ -235,10 +235,10 @@ async fn the_memory_tier_keeps_to_its_bound_under_a_larger_lake() {
         for sql in WORKLOAD {
             let want = scan(&b, b.raw.clone(), sql).await.unwrap();
             assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}: {sql}", b.name);
-            let r = lake.stats().ranges;
+            let r = lake.stats().range;
             assert!(r.memory_bytes <= 1 << 20, "{}: {r:?}", b.name);
         }
-        let r = lake.stats().ranges;
+        let r = lake.stats().range;
         assert!(
             r.memory_bytes > 0 && r.bytes_from_store > 2 << 20,
             "{}: {r:?}",
@@ -300,7 +300,7 @@ async fn corrupted_disk_entries_are_refetched_and_the_rows_stay_right() {
         want,
         "the store's bytes, not the disk's"
     );
-    let r = lake.stats().ranges;
+    let r = lake.stats().range;
     assert!(r.disk_corrupt >= 4, "{r:?}");
     assert_eq!(r.bytes_from_disk, 0, "{r:?}");
     assert!(counted.counts().get >= 4, "refetched");
@@ -341,7 +341,7 @@ async fn concurrent_cold_sessions_share_every_download() {
             let want = scan(&b, b.raw.clone(), sql).await.unwrap();
             let (alone, _) = sessions_at_once(&b, 1, sql, &want).await;
             let (four, lake) = sessions_at_once(&b, 4, sql, &want).await;
-            let r = lake.stats().ranges;
+            let r = lake.stats().range;
             eprintln!("{}: one session {alone:?}, four {four:?}, {r:?}", b.name);
             // Each file's footer (at registration) and data, read once for all four: what
             // one session reads.

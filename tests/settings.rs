@@ -237,11 +237,11 @@ async fn each_shared_cache_has_an_off_switch() {
         let again = counted.counts();
         let s = lake.stats();
         let label = format!("handle {handle}, index {index}, range {range}: {again:?}");
-        assert_eq!(s.handles.metadata.entries > 0, handle, "{label}");
-        assert_eq!(s.index.cache.entries > 0, index, "{label}");
+        assert_eq!(s.handle.metadata.entries > 0, handle, "{label}");
+        assert_eq!(s.index.footers.entries > 0, index, "{label}");
         // Scans read at the version they planned with, so the range cache keeps their bytes
         // with the handle cache off too.
-        assert_eq!(s.ranges.memory_bytes > 0, range, "{label}");
+        assert_eq!(s.range.memory_bytes > 0, range, "{label}");
         assert_eq!(again.get == 0, range, "{label}");
         // SET can name the value the LakeCache was built with, and nothing else.
         let shown = if handle { "true" } else { "false" };

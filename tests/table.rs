@@ -417,7 +417,7 @@ async fn a_plain_listing_tables_footers_stay_in_its_runtime_not_the_shared_cache
     let footers = ctx.runtime_env().cache_manager.get_file_metadata_cache();
     assert_eq!(footers.len(), 3, "DataFusion's footers are cached");
     let stats = lake.stats().index;
-    assert_eq!(stats.cache.entries, 0, "{stats:?}");
+    assert_eq!(stats.footers.entries, 0, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,7 +445,7 @@ async fn clear_and_invalidate_make_the_next_query_load_again() {
     );
 
     lake.clear();
-    assert_eq!(lake.stats().index.cache.entries, 0);
+    assert_eq!(lake.stats().index.footers.entries, 0);
     assert_eq!(rows(&ctx, sql).await.unwrap(), want);
     assert_eq!(
         lake.stats().index.footer_loads,

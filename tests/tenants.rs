@@ -112,7 +112,7 @@ async fn a_store_that_may_list_but_not_read_gets_no_rows_and_no_metadata_of_anot
         let lake = LakeCache::builder().build().unwrap();
         let sql = "SELECT count(*), sum(id) FROM t";
         let (owner, want) = owner(&b, &lake, sql).await;
-        let hits = lake.stats().handles.metadata.hits;
+        let hits = lake.stats().handle.metadata.hits;
         // S3's s3:ListBucket without s3:GetObject: the listing is answered, reads are not.
         let other = session(&lake);
         let list_only = refusing(&b, &[Op::Head, Op::Get]);
@@ -140,7 +140,7 @@ async fn a_store_that_may_list_but_not_read_gets_no_rows_and_no_metadata_of_anot
         let err = registered.head(&path).await.unwrap_err();
         assert!(err.to_string().contains("refused"), "{}: {err}", b.name);
         assert_eq!(
-            lake.stats().handles.metadata.hits,
+            lake.stats().handle.metadata.hits,
             hits,
             "{}: no metadata was served to it",
             b.name
@@ -429,7 +429,7 @@ async fn unrelated_stores_showing_the_same_versions_share_footers_and_bytes_for_
             assert_eq!(query.total(), 0, "{}: {query:?}", b.name);
         }
         assert_eq!(
-            s.handles.proof_heads,
+            s.handle.proof_heads,
             2 * files as u64,
             "{}: counted",
             b.name

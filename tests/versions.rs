@@ -162,7 +162,7 @@ async fn an_object_replaced_between_two_queries_is_an_error_or_one_version_then_
             assert_eq!(got, new[q], "{}: after the change was seen: {sql}", b.name);
         }
         let s = lake.stats();
-        assert!(s.handles.version_changes > 0, "{}: {:?}", b.name, s.handles);
+        assert!(s.handle.version_changes > 0, "{}: {:?}", b.name, s.handle);
     }
 }
 
@@ -296,7 +296,7 @@ async fn versions_on_reads_but_not_in_listings_are_one_version() {
         assert_eq!(rows(&ctx, sql).await.unwrap(), want);
         let c = counted.counts();
         assert_eq!((c.list, c.get, c.head), (0, 0, 0), "{}: {c:?}", b.name);
-        assert_eq!(lake.stats().handles.version_changes, 0, "{}", b.name);
+        assert_eq!(lake.stats().handle.version_changes, 0, "{}", b.name);
     }
 }
 

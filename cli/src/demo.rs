@@ -282,13 +282,13 @@ fn print_capabilities(s: &LakeStats, restarted: &LakeStats) {
     let mb = |b: u64| b as f64 / 1e6;
     println!(
         "  handle cache: {} metadata and {} listing lookups answered, {} went to the store",
-        s.handles.metadata.hits,
-        s.handles.listings.hits,
-        s.handles.metadata.misses + s.handles.listings.misses
+        s.handle.metadata.hits,
+        s.handle.listings.hits,
+        s.handle.metadata.misses + s.handle.listings.misses
     );
     println!(
         "  index cache: {} footers from memory, {} decoded ({:.1} MB kept)",
-        s.index.cache.hits,
+        s.index.footers.hits,
         s.index.footer_loads,
         mb(s.index.bytes)
     );
@@ -302,9 +302,9 @@ fn print_capabilities(s: &LakeStats, restarted: &LakeStats) {
     println!(
         "  range cache: readers read {:.1} MB from memory, {:.1} MB from the store; \
          restarted: {:.1} MB from disk, {:.1} MB from the store",
-        mb(s.ranges.bytes_from_memory),
-        mb(s.ranges.bytes_from_store),
-        mb(restarted.ranges.bytes_from_disk),
-        mb(restarted.ranges.bytes_from_store)
+        mb(s.range.bytes_from_memory),
+        mb(s.range.bytes_from_store),
+        mb(restarted.range.bytes_from_disk),
+        mb(restarted.range.bytes_from_store)
     );
 }

@@ -10,17 +10,17 @@ pub fn line(before: &LakeStats, after: &LakeStats) -> String {
     format!(
         "lakecache: handles {} hits / {} misses, listings {} / {}; footers {} hits / {} misses; \
          prefetch {} requests, {} KiB; bytes from memory {} KiB, disk {} KiB, store {} KiB",
-        d(|s| s.handles.metadata.hits),
-        d(|s| s.handles.metadata.misses),
-        d(|s| s.handles.listings.hits),
-        d(|s| s.handles.listings.misses),
-        d(|s| s.index.cache.hits),
-        d(|s| s.index.cache.misses),
+        d(|s| s.handle.metadata.hits),
+        d(|s| s.handle.metadata.misses),
+        d(|s| s.handle.listings.hits),
+        d(|s| s.handle.listings.misses),
+        d(|s| s.index.footers.hits),
+        d(|s| s.index.footers.misses),
         d(|s| s.prefetch.requests),
         kib(|s| s.prefetch.bytes_fetched),
-        kib(|s| s.ranges.bytes_from_memory),
-        kib(|s| s.ranges.bytes_from_disk),
-        kib(|s| s.ranges.bytes_from_store),
+        kib(|s| s.range.bytes_from_memory),
+        kib(|s| s.range.bytes_from_disk),
+        kib(|s| s.range.bytes_from_store),
     )
 }
 
@@ -31,11 +31,11 @@ mod tests {
     #[test]
     fn the_line_shows_the_difference_not_the_totals() {
         let mut before = LakeStats::default();
-        before.handles.metadata.hits = 10;
-        before.ranges.bytes_from_memory = 4 << 10;
+        before.handle.metadata.hits = 10;
+        before.range.bytes_from_memory = 4 << 10;
         let mut after = before;
-        after.handles.metadata.hits = 13;
-        after.ranges.bytes_from_memory = 6 << 10;
+        after.handle.metadata.hits = 13;
+        after.range.bytes_from_memory = 6 << 10;
         let text = line(&before, &after);
         assert!(text.contains("handles 3 hits"), "{text}");
         assert!(text.contains("memory 2 KiB"), "{text}");

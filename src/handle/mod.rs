@@ -87,7 +87,7 @@ type PathIndex = Arc<Mutex<HashMap<Path, Vec<Seen>>>>;
 ///
 /// ```
 /// let lake = datafusion_lakecache::LakeCache::builder().handle_capacity(100).build().unwrap();
-/// assert_eq!(lake.stats().handles.metadata.entries, 0);
+/// assert_eq!(lake.stats().handle.metadata.entries, 0);
 /// ```
 #[derive(Clone)]
 pub struct HandleCache {
@@ -373,6 +373,45 @@ impl HandleCache {
         let key = (identity.clone(), version.clone());
         if !self.inner.proofs.contains_key(&key) {
             self.inner.proofs.insert(key, ());
+        }
+    }
+
+    /// The versions stores of `identities` have proven, each with the identity that did.
+    pub(crate) fn proven_by(
+        &self,
+        identities: &[StoreIdentity],
+    ) -> Vec<(StoreIdentity, ObjectVersion)> {
+        self.inner
+            .proofs
+            .iter()
+            .filter(|(key, _)| identities.contains(&key.0))
+            .map(|(key, _)| (key.0.clone(), key.1.clone()))
+            .collect()
+    }
+
+    /// Drops `identity`'s listings of `store` that hold objects under `prefix`, or are under
+    /// it: the next listing there asks the store.
+    pub(crate) fn invalidate_listings_under(
+        &self,
+        identity: &StoreIdentity,
+        store: &StoreKey,
+        prefix: &Path,
+    ) {
+        self.inner.epoch.fetch_add(1, Relaxed);
+        let stale: Vec<Arc<ListKey>> = self
+            .inner
+            .lists
+            .iter()
+            .filter(|(k, _)| {
+                &k.identity == identity
+                    && &k.store == store
+                    && (covers(k.prefix.as_ref(), prefix)
+                        || k.prefix.as_ref().is_some_and(|p| covers(Some(prefix), p)))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in stale {
+            self.inner.lists.invalidate(key.as_ref());
         }
     }
 

@@ -120,6 +120,21 @@ struct Inner {
 }
 
 impl IndexCache {
+    /// The bytes (as weighed against the capacity) of the footer and of the bloom filters
+    /// each cached version holds.
+    pub(crate) fn bytes_by_version(&self) -> HashMap<ObjectVersion, (u64, u64)> {
+        let mut out: HashMap<ObjectVersion, (u64, u64)> = HashMap::new();
+        for (key, entry) in self.inner.entries.iter() {
+            let bytes = entry.weight() as u64;
+            let held = out.entry(key.object().clone()).or_default();
+            match key.as_ref() {
+                IndexKey::Footer(_) => held.0 += bytes,
+                IndexKey::Bloom(..) => held.1 += bytes,
+            }
+        }
+        out
+    }
+
     /// Builds a cache after validating `config`.
     pub fn try_new(config: IndexConfig) -> Result<Self> {
         let counters = Arc::new(CacheCounters::default());
@@ -173,12 +188,12 @@ impl IndexCache {
             }
         }
         IndexStats {
-            cache: i.counters.snapshot(i.entries.entry_count()),
+            footers: i.counters.snapshot(i.entries.entry_count()),
             bytes: i.entries.weighted_size(),
             footer_loads: i.footer_loads.load(Relaxed),
             bloom_loads: i.bloom_loads.load(Relaxed),
             rejected: i.rejected.load(Relaxed),
-            blooms: i.blooms.snapshot(bloom_entries),
+            bloom_filters: i.blooms.snapshot(bloom_entries),
             bloom_bytes,
             loads_in_flight: lock(&i.loading).len() as u64,
             reloads: i.reloads.load(Relaxed),

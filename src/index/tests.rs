@@ -101,7 +101,7 @@ async fn concurrent_misses_make_one_load() {
     );
     let stats = cache.stats();
     assert_eq!(stats.footer_loads, 1);
-    assert_eq!(stats.cache.entries, 1);
+    assert_eq!(stats.footers.entries, 1);
     // A later lookup is a hit without a load.
     let (_, hit) = cache
         .metadata(&object, &me(), async { panic!("no load on a hit") })
@@ -219,7 +219,7 @@ async fn versions_are_separate_entries_and_a_version_can_be_dropped() {
     assert!(Arc::ptr_eq(&cache.cached_metadata(&v2).unwrap(), &m2));
     cache.inner.entries.run_pending_tasks();
     let stats = cache.stats();
-    assert_eq!(stats.cache.entries, 1, "{stats:?}");
+    assert_eq!(stats.footers.entries, 1, "{stats:?}");
 }
 
 #[tokio::test]
@@ -264,7 +264,7 @@ async fn large_entries_are_refused_and_the_capacity_holds() {
         .unwrap();
     assert_eq!(m.num_row_groups(), 1, "the caller still gets its value");
     let stats = cache.stats();
-    assert_eq!((stats.rejected, stats.cache.entries), (1, 0), "{stats:?}");
+    assert_eq!((stats.rejected, stats.footers.entries), (1, 0), "{stats:?}");
 
     let cache = IndexCache::try_new(IndexConfig {
         capacity_bytes: one * 3 + 1000,
@@ -285,7 +285,7 @@ async fn large_entries_are_refused_and_the_capacity_holds() {
     }
     let stats = cache.stats();
     assert!(stats.bytes <= one * 3 + 1000, "{stats:?}");
-    assert!(stats.cache.evictions > 0, "{stats:?}");
+    assert!(stats.footers.evictions > 0, "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,7 +323,7 @@ async fn a_waiter_whose_load_failed_on_another_identitys_error_loads_with_its_ow
     };
     // The reader has joined the refused store's load (it is counted as a lookup) when it
     // fails.
-    while cache.stats().cache.misses + cache.stats().cache.hits < 2 {
+    while cache.stats().footers.misses + cache.stats().footers.hits < 2 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     gate.send(()).unwrap();
@@ -353,7 +353,7 @@ async fn footers_of_versions_known_by_their_time_alone_are_not_kept() {
     }
     let stats = cache.stats();
     assert_eq!(
-        (stats.footer_loads, stats.cache.entries),
+        (stats.footer_loads, stats.footers.entries),
         (2, 0),
         "{stats:?}"
     );

@@ -122,7 +122,7 @@ impl Held {
 ///
 /// ```
 /// let lake = datafusion_lakecache::LakeCache::builder().build().unwrap();
-/// assert_eq!(lake.stats().ranges.memory_capacity, 1 << 30);
+/// assert_eq!(lake.stats().range.memory_capacity, 1 << 30);
 /// ```
 #[derive(Clone)]
 pub struct RangeCache {
@@ -348,6 +348,13 @@ impl RangeCache {
         }
     }
 
+    /// The bytes of `version` held in memory and on disk.
+    pub(crate) fn bytes_of(&self, version: &ObjectVersion) -> (u64, u64) {
+        let memory = self.lock_spans().get(version).map_or(0, Spans::bytes);
+        let disk = self.inner.disk.as_ref().map_or(0, |d| d.bytes_of(version));
+        (memory, disk)
+    }
+
     /// Whether memory or the disk tier holds bytes of some version of object `id`: then
     /// learning its version (a HEAD) may save fetching them again.
     pub(crate) fn may_hold(&self, id: &ObjectId) -> bool {
@@ -528,6 +535,7 @@ impl Served {
 }
 
 /// See `crate::fuzz::disk_entry`.
+#[cfg(feature = "fuzz")]
 pub(crate) fn fuzz_disk_entry(name: &str, contents: &[u8]) -> bool {
     disk::fuzz_entry(name, contents)
 }

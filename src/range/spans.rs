@@ -66,6 +66,19 @@ impl Spans {
         self.0.iter().map(|(&s, &e)| s..e)
     }
 
+    /// The bytes the held ranges cover, each byte once where ranges overlap.
+    pub(crate) fn bytes(&self) -> u64 {
+        let (mut total, mut reached) = (0, 0);
+        for range in self.ranges() {
+            let start = range.start.max(reached);
+            if range.end > start {
+                total += range.end - start;
+                reached = range.end;
+            }
+        }
+        total
+    }
+
     /// The held range starting last at or before `pos` (the one reaching furthest past it).
     fn holding(&self, pos: u64) -> Option<Range<u64>> {
         #[cfg(test)]

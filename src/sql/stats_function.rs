@@ -155,14 +155,14 @@ impl PartitionStream for ClearStream {
             let stats = lake.stats();
             lake.clear(which);
             let rows: Vec<(&str, u64)> = [
-                ("handle.metadata", stats.handles.metadata.entries),
-                ("handle.listings", stats.handles.listings.entries),
-                ("handle.proofs", stats.handles.proofs.entries),
-                ("handle.files", stats.handles.files.entries),
-                ("index", stats.index.cache.entries),
-                ("index.bloom", stats.index.blooms.entries),
-                ("range.memory", stats.ranges.memory.entries),
-                ("range.disk", stats.ranges.disk.entries),
+                ("handle.metadata", stats.handle.metadata.entries),
+                ("handle.listings", stats.handle.listings.entries),
+                ("handle.proofs", stats.handle.proofs.entries),
+                ("handle.files", stats.handle.files.entries),
+                ("index", stats.index.footers.entries),
+                ("index.bloom", stats.index.bloom_filters.entries),
+                ("range.memory", stats.range.memory.entries),
+                ("range.disk", stats.range.disk.entries),
             ]
             .into_iter()
             .filter(|(cache, _)| which.covers(cache))
@@ -203,39 +203,39 @@ fn per_cache(settings: &Settings, s: &LakeStats) -> Vec<CacheRow> {
             "handle.metadata",
             None,
             Some(handle.capacity),
-            s.handles.metadata,
+            s.handle.metadata,
         ),
         counted(
             "handle.listings",
             None,
             Some(handle.capacity),
-            s.handles.listings,
+            s.handle.listings,
         ),
-        counted("handle.files", None, Some(descriptors), s.handles.files),
+        counted("handle.files", None, Some(descriptors), s.handle.files),
         counted(
             "index",
             Some(s.index.bytes),
             Some(index_capacity),
-            s.index.cache,
+            s.index.footers,
         ),
         // Bloom filters share the index cache's capacity; this row is their part of it.
         counted(
             "index.bloom",
             Some(s.index.bloom_bytes),
             Some(index_capacity),
-            s.index.blooms,
+            s.index.bloom_filters,
         ),
         counted(
             "range.memory",
-            Some(s.ranges.memory_bytes),
-            Some(s.ranges.memory_capacity),
-            s.ranges.memory,
+            Some(s.range.memory_bytes),
+            Some(s.range.memory_capacity),
+            s.range.memory,
         ),
         counted(
             "range.disk",
-            Some(s.ranges.disk_bytes),
-            Some(s.ranges.disk_capacity),
-            s.ranges.disk,
+            Some(s.range.disk_bytes),
+            Some(s.range.disk_capacity),
+            s.range.disk,
         ),
         // Prefetching holds bytes only while a scan runs; its own figures are in
         // lakecache_metrics().

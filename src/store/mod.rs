@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, Weak};
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 
-pub use checked::{CheckedCache, MadeFor, PathKey};
+pub use checked::CheckedCache;
 pub(crate) use hedge::Hedges;
 pub(crate) use link::{Link, Links};
 pub(crate) use listing::AfterListing;

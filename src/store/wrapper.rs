@@ -60,7 +60,7 @@ const NAME: &str = "CachingObjectStore#";
 /// store.put(&path, PutPayload::from_static(b"PAR1")).await?;
 /// store.head(&path).await?; // a request
 /// store.head(&path).await?; // served from the cache
-/// assert_eq!(lake.stats().handles.metadata.hits, 1);
+/// assert_eq!(lake.stats().handle.metadata.hits, 1);
 /// # Ok(())
 /// # }
 /// ```

@@ -247,6 +247,11 @@ impl DiskTier {
         Some(ranges.iter().map(|r| held.cover(r.clone())).collect())
     }
 
+    /// The bytes of `object` on disk (headers not included).
+    pub(crate) fn bytes_of(&self, object: &ObjectVersion) -> u64 {
+        self.lock().spans.get(&ids(object)).map_or(0, Spans::bytes)
+    }
+
     /// Entries and bytes (headers included) on disk.
     pub(crate) fn size(&self) -> (u64, u64) {
         let state = self.lock();
@@ -401,6 +406,7 @@ impl DiskTier {
 
 /// Parses `name` and decodes `contents` as the tier does for a file it finds: an entry is
 /// served only if both hold up, for the version text the name's hashes stand for.
+#[cfg(feature = "fuzz")]
 pub(crate) fn fuzz_entry(name: &str, contents: &[u8]) -> bool {
     let Some((id, len)) = files::parse_name(name) else {
         return false;
