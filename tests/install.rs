@@ -74,7 +74,7 @@ async fn installed_sessions_use_lake_tables_and_cached_stores() {
             "4 files, loaded once for both sessions' scans (DataFusion's planning keeps its \
              own footers per session)"
         );
-        assert!(stats.handles.listings.hits > 0);
+        assert!(stats.handle.listings.hits > 0);
     }
 }
 
@@ -153,7 +153,7 @@ async fn lakecache_stats_reports_the_figures_as_they_change() {
     );
     assert_eq!(
         figure(&ctx, "index", "entries").await,
-        lake.stats().index.cache.entries
+        lake.stats().index.footers.entries
     );
     // One session: DataFusion's own list-files cache answers after the first listing.
     assert_eq!(figure(&ctx, "handle.listings", "misses").await, 1);
@@ -261,7 +261,7 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
         second["index.bloom"]
     );
 
-    let handles = lake.stats().handles.metadata.entries;
+    let handles = lake.stats().handle.metadata.entries;
     let cleared = ctx
         .sql("SELECT * FROM lakecache_clear('index')")
         .await
@@ -285,10 +285,10 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
         .unwrap()
         .value(0);
     assert_eq!(Some(dropped), second["index"][ENTRIES]);
-    assert_eq!(lake.stats().index.cache.entries, 0, "emptied");
+    assert_eq!(lake.stats().index.footers.entries, 0, "emptied");
     assert_eq!(per_cache(&ctx).await["index"][ENTRIES], Some(0));
     assert_eq!(
-        lake.stats().handles.metadata.entries,
+        lake.stats().handle.metadata.entries,
         handles,
         "the other caches kept"
     );
@@ -306,7 +306,7 @@ async fn a_row_per_cache_changes_across_two_queries_and_clear_empties_them() {
 async fn lakecache_clear_is_off_unless_asked_for_and_clears_when_run() {
     let lake = LakeCache::builder().sql_clear(true).build().unwrap();
     let (_b, ctx) = after_a_lookup(&lake).await;
-    let held = lake.stats().index.cache.entries;
+    let held = lake.stats().index.footers.entries;
     assert!(held > 0);
     ctx.sql("EXPLAIN SELECT * FROM lakecache_clear()")
         .await
@@ -315,14 +315,18 @@ async fn lakecache_clear_is_off_unless_asked_for_and_clears_when_run() {
         .await
         .unwrap();
     assert_eq!(
-        lake.stats().index.cache.entries,
+        lake.stats().index.footers.entries,
         held,
         "explaining clears nothing"
     );
     let planned = ctx.sql("SELECT * FROM lakecache_clear()").await.unwrap();
-    assert_eq!(lake.stats().index.cache.entries, held, "nor does planning");
+    assert_eq!(
+        lake.stats().index.footers.entries,
+        held,
+        "nor does planning"
+    );
     planned.collect().await.unwrap();
-    assert_eq!(lake.stats().index.cache.entries, 0, "running does");
+    assert_eq!(lake.stats().index.footers.entries, 0, "running does");
 
     // Off by default: no session of a shared LakeCache empties every tenant's caches.
     let closed = LakeCache::builder().build().unwrap();
@@ -332,5 +336,154 @@ async fn lakecache_clear_is_off_unless_asked_for_and_clears_when_run() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("lakecache_clear"), "{err}");
-    assert!(closed.stats().index.cache.entries > 0);
+    assert!(closed.stats().index.footers.entries > 0);
+}
+
+/// The rows of `sql` in `ctx`, each as its columns' text.
+async fn table_rows(ctx: &SessionContext, sql: &str) -> Vec<Vec<String>> {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut rows = Vec::new();
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            rows.push(
+                batch
+                    .columns()
+                    .iter()
+                    .map(|c| {
+                        datafusion::arrow::util::display::array_value_to_string(c, row).unwrap()
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_fills_the_caches_entries_show_them_and_invalidate_drops_one_object() {
+    let lake = LakeCache::builder().sql_manage(true).build().unwrap();
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(4)).await;
+    let counted = b.counting();
+    let ctx = common::installed(
+        &b,
+        counted.clone(),
+        &lake,
+        SessionStateBuilder::new(),
+        datafusion::prelude::SessionConfig::new(),
+    )
+    .await;
+    const QUERY: &str = "SELECT category, round(sum(value), 3) FROM t GROUP BY category";
+    let expected = common::rows(&ctx, QUERY).await.unwrap();
+    lake.clear();
+
+    // Planned or explained, it reads nothing; run, it reads the table once.
+    counted.reset();
+    let prefetched = lake.stats().prefetch.requests;
+    ctx.sql("EXPLAIN SELECT * FROM lakecache_warm('t')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    // Planning reads the footers the clear dropped (one GET per file), no data.
+    assert!(counted.counts().get <= 4, "{:?}", counted.counts());
+    assert_eq!(
+        lake.stats().prefetch.requests,
+        prefetched,
+        "explaining warms nothing"
+    );
+    let warmed = table_rows(&ctx, "SELECT * FROM lakecache_warm('t', 'category, value')").await;
+    assert_eq!(warmed.len(), 1);
+    assert_eq!(
+        (warmed[0][0].as_str(), warmed[0][1].as_str()),
+        ("t", "20000")
+    );
+    assert!(counted.counts().get > 0);
+
+    // The first query after it makes no request.
+    counted.reset();
+    assert_eq!(common::rows(&ctx, QUERY).await.unwrap(), expected);
+    assert_eq!(counted.counts().get, 0, "{:?}", counted.counts());
+
+    // A row per object version this session's store has shown, with what is cached of it.
+    let entries = table_rows(
+        &ctx,
+        "SELECT object, memory_bytes, footer_bytes FROM lakecache_entries() ORDER BY object",
+    )
+    .await;
+    assert_eq!(entries.len(), 4, "{entries:?}");
+    for row in &entries {
+        assert!(row[0].starts_with("memory:///lake/"), "{row:?}");
+        assert!(row[1] != "0" && row[2] != "0", "{row:?}");
+    }
+    // A session whose store has shown nothing sees no entry.
+    let other = session(&LakeCache::clone(&lake));
+    other.register_object_store(&b.store_url, b.counting());
+    assert!(
+        table_rows(&other, "SELECT * FROM lakecache_entries()")
+            .await
+            .is_empty()
+    );
+
+    // Invalidating one object drops it alone; the next query reads it again, and only it.
+    let first = entries[0][0].clone();
+    let dropped = table_rows(
+        &ctx,
+        &format!("SELECT * FROM lakecache_invalidate('{first}')"),
+    )
+    .await;
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(
+        (dropped[0][0].as_str(), dropped[0][2].as_str()),
+        (first.as_str(), "true")
+    );
+    let left = table_rows(
+        &ctx,
+        "SELECT object FROM lakecache_entries() ORDER BY object",
+    )
+    .await;
+    assert_eq!(left.len(), 3);
+    assert!(!left.iter().any(|r| r[0] == first));
+    counted.reset();
+    assert_eq!(common::rows(&ctx, QUERY).await.unwrap(), expected);
+    let again = counted.counts();
+    assert!(again.get >= 1 && again.get <= 3, "{again:?}");
+
+    // Bad calls name the function and how to call it.
+    for (sql, expected) in [
+        ("SELECT * FROM lakecache_warm('nope')", "no table 'nope'"),
+        (
+            "SELECT * FROM lakecache_warm('t', 'nope')",
+            "has not every column",
+        ),
+        (
+            "SELECT * FROM lakecache_invalidate('not a url')",
+            "is not a URL",
+        ),
+        ("SELECT * FROM lakecache_entries('t')", "takes no argument"),
+    ] {
+        let err = match ctx.sql(sql).await {
+            Ok(frame) => frame.collect().await.unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(err.to_string().contains(expected), "{sql}: {err}");
+    }
+
+    // Off by default, as they act on caches every session shares.
+    let closed = session(&LakeCache::builder().build().unwrap());
+    for name in [
+        "lakecache_warm('t')",
+        "lakecache_entries()",
+        "lakecache_invalidate('memory:///x')",
+    ] {
+        let err = closed
+            .sql(&format!("SELECT * FROM {name}"))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(name.split('(').next().unwrap()),
+            "{err}"
+        );
+    }
 }

@@ -222,7 +222,10 @@ async fn run(args: Args) -> Result<()> {
     // Settings of the LakeCache, lowest first: the tool's own default (its sessions are its
     // user's own, so `lakecache_clear()` is theirs to run), the environment, the rc files'
     // `SET`s of shared keys, then `--set`. The session's settings go to the session.
-    let mut builder = LakeCache::builder().sql_clear(true).with_env();
+    let mut builder = LakeCache::builder()
+        .sql_clear(true)
+        .sql_manage(true)
+        .with_env();
     let rc = if args.repl_mode() {
         rc_files(&args)
     } else {

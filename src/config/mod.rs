@@ -163,6 +163,9 @@ macro_rules! setting_table {
                 clear: bool = false, Flag, "lakecache.sql.clear", sql_clear, Shared,
                     "Whether sessions get lakecache_clear(), which empties the caches every session shares: off, so that no session can empty every tenant's caches.",
                     "`lakecache_clear()` empties every cache, `lakecache_clear('handle' | 'index' | 'range')` one, when the query runs (not when it is planned or explained). The `lakecache` tool turns it on for its own sessions.";
+                manage: bool = false, Flag, "lakecache.sql.manage", sql_manage, Shared,
+                    "Whether sessions get lakecache_warm(), lakecache_entries() and lakecache_invalidate(), each over what the session's own stores have shown: off, as they act on caches every session shares.",
+                    "`lakecache_warm('table' [, 'a, b'])` reads the table's columns (all, or those named) once through the caches, filling footers and bytes within their bounds; `lakecache_entries()` lists, per object version the session's stores have shown, the bytes each cache holds; `lakecache_invalidate('url')` drops what the caches hold of the versions the session's store has shown at that object (every object below a URL ending in `/`) and that store's listings there. The `lakecache` tool turns it on for its own sessions.";
             }
         }
     };

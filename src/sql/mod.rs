@@ -6,10 +6,13 @@
 //!   a miss from the shared index cache for files the session's own stores have proven;
 //! - `catalog.rs`: `register_parquet` (which goes straight to a schema) gives a `LakeTable`;
 //! - `stats_function.rs`: `lakecache_stats()`, `lakecache_metrics()`, and `lakecache_clear()`
-//!   when `lakecache.sql.clear` is on.
+//!   when `lakecache.sql.clear` is on;
+//! - `manage.rs`: `lakecache_warm()`, `lakecache_entries()` and `lakecache_invalidate()` when
+//!   `lakecache.sql.manage` is on, each over what the session's own stores have shown.
 
 mod catalog;
 mod footers;
+mod manage;
 mod registry;
 mod stats_function;
 
@@ -28,6 +31,7 @@ use crate::config::{Installed, LakeOptions};
 use crate::table::{LakeQueryPlanner, LakeTableFactory, ScanCaches};
 use catalog::LakeCatalogList;
 use footers::SessionFooters;
+use manage::{Manage, ManageFunction};
 pub(crate) use registry::LakeObjectStoreRegistry;
 
 /// Makes the session built from `builder` use `scans`; see `LakeCache::install`.
@@ -45,6 +49,7 @@ pub(crate) fn install(
         LakeObjectStoreRegistry::new(Arc::clone(&runtime.object_store_registry), &scans.caches);
     // DataFusion's planning takes footers from the shared index cache for the files the
     // session's own stores proved.
+    let registry_stores = registry.stores();
     let mut cache_manager = cache_manager;
     if let Some(own) = cache_manager.file_metadata_cache.take() {
         let footers = SessionFooters::new(own, registry.stores(), &scans.caches);
@@ -69,6 +74,13 @@ pub(crate) fn install(
         let function = LakeStatsFunction::of(Arc::clone(&source), table);
         let function = Arc::new(TableFunction::new(table.name().into(), Arc::new(function)));
         functions.insert(table.name().to_string(), function);
+    }
+    if scans.settings.sql.manage {
+        for which in Manage::ALL {
+            let function = ManageFunction::new(which, &scans.caches, registry_stores.clone());
+            let function = Arc::new(TableFunction::new(which.name().into(), Arc::new(function)));
+            functions.insert(which.name().to_string(), function);
+        }
     }
     let planner = LakeQueryPlanner::new(builder.query_planner().take(), scans.clone());
     let config = builder.config().take().unwrap_or_default();
