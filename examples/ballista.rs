@@ -20,14 +20,14 @@ use std::sync::Arc;
 use ballista::prelude::SessionContextExt;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_scheduler::cluster::BallistaCluster;
-use ballista_scheduler::config::SchedulerConfig;
+use ballista_scheduler::config::{SchedulerConfig, TaskDistributionPolicy};
 use ballista_scheduler::scheduler_process::start_server;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::ballista::LakeBallista;
+use datafusion_lakecache::ballista::{AffinityPolicy, LakeBallista};
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{Process, start_cluster};
 use object_store::local::LocalFileSystem;
@@ -70,6 +70,10 @@ async fn scheduler(port: u16) -> Result<()> {
     let cluster = BallistaCluster::new_from_config(&config)
         .await
         .map_err(external)?;
+    // Scan tasks go to the executor whose caches hold their files (by the executors' names,
+    // which each executor sets with its own stable `executor_id`).
+    let affinity = Arc::new(AffinityPolicy::new(cluster.cluster_state()));
+    let config = config.with_task_distribution(TaskDistributionPolicy::Custom(affinity));
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     start_server(cluster, addr, Arc::new(config))
         .await
@@ -86,6 +90,9 @@ async fn executor(scheduler: &str, port: u16, disk: Option<&str>) -> Result<()> 
     }
     let setup = LakeBallista::new(lake.build()?, stores()?)?;
     let config = ExecutorProcessConfig {
+        // A stable name: the scheduler places tasks by it (affinity), so it must survive
+        // restarts, as the disk tier does.
+        executor_id: format!("executor-{port}"),
         scheduler_host: host.to_string(),
         scheduler_port: port_number(scheduler_port)?,
         port,

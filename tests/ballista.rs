@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ballista::prelude::SessionContextExt;
 use common::{Backend, Counted, backends, rows};
@@ -14,7 +15,9 @@ use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::ballista::LakeBallista;
 use datafusion_lakecache::testkit::corpus::CORPUS;
 use datafusion_lakecache::testkit::lake::LakeSpec;
-use datafusion_lakecache::testkit::{Process, RequestCounts, start_cluster};
+use datafusion_lakecache::testkit::{
+    NamedCluster, Placement, Process, RequestCounts, start_cluster,
+};
 use datafusion_lakecache::{LakeCache, LakeTable};
 
 /// The S3 server (required in CI). Not the in-memory store: Ballista 55 cannot run a scan of
@@ -249,6 +252,201 @@ async fn a_lake_table_registered_on_the_client_runs_on_the_cluster() {
             lookups > 0 && prefetched > 0,
             "{}: {lookups} {prefetched}",
             b.name
+        );
+    }
+}
+
+/// A scheduler placing tasks by cache affinity and `n` named executors, each with a cache
+/// of its own whose memory tier holds `memory` bytes.
+struct AffinityCluster {
+    cluster: NamedCluster,
+    scheduler: Node,
+    executors: Vec<(String, Node)>,
+}
+
+impl AffinityCluster {
+    async fn start(b: &Backend, n: usize, memory: u64) -> Self {
+        let scheduler = node(b, LakeCache::builder().build().unwrap());
+        let placement = Placement::Affinity {
+            wait: Duration::from_millis(200),
+            liveness: Duration::from_secs(2),
+        };
+        let cluster = NamedCluster::start(&Process::cached(&scheduler.setup), placement)
+            .await
+            .unwrap();
+        let mut executors = Vec::new();
+        for i in 0..n {
+            let name = format!("executor-{i}");
+            let lake = LakeCache::builder()
+                .range_memory_bytes(memory)
+                .build()
+                .unwrap();
+            let executor = node(b, lake);
+            cluster
+                .add_executor(&name, &Process::cached(&executor.setup), 2)
+                .await
+                .unwrap();
+            executors.push((name, executor));
+        }
+        Self {
+            cluster,
+            scheduler,
+            executors,
+        }
+    }
+
+    /// A client session whose scans have one file per partition (whole files, not byte
+    /// ranges cut across them: a task's bytes then have one preferred executor), with `t`
+    /// registered.
+    async fn client(&self, b: &Backend, files: usize) -> SessionContext {
+        let mut config = self.scheduler.setup.config().with_target_partitions(files);
+        config.options_mut().optimizer.repartition_file_scans = false;
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(config)
+            .build();
+        let ctx = SessionContext::remote_with_state(self.cluster.url(), state)
+            .await
+            .unwrap();
+        ctx.register_object_store(&b.store_url, b.raw.clone());
+        ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        ctx
+    }
+
+    /// GETs the executors sent, by executor, since the last reset.
+    fn gets(&self) -> Vec<u64> {
+        self.executors
+            .iter()
+            .map(|(_, n)| n.store.counts().get)
+            .collect()
+    }
+
+    fn reset(&self) {
+        for (_, n) in &self.executors {
+            n.store.reset();
+        }
+    }
+
+    /// Range-cache memory hits and misses of every executor, summed.
+    fn memory_lookups(&self) -> (u64, u64) {
+        self.executors.iter().fold((0, 0), |(h, m), (_, n)| {
+            let s = n.setup.lake().stats().range.memory;
+            (h + s.hits, m + s.misses)
+        })
+    }
+}
+
+/// Runs `sql` (whose rows are `want`) twice more on `cluster`, after its first run, and
+/// says how each run was placed and served; fails if a run whose tasks all ran on their
+/// preferred executor sent a GET, when `all_cached`, or if the memory hit rate is below 95%.
+async fn warm_runs(
+    cluster: &AffinityCluster,
+    ctx: &SessionContext,
+    sql: &str,
+    want: &[String],
+    all_cached: bool,
+) -> Vec<String> {
+    let mut report = Vec::new();
+    for run in 2..=3 {
+        cluster.reset();
+        let before = cluster.cluster.placement().unwrap();
+        let (hits, misses) = cluster.memory_lookups();
+        assert_eq!(rows(ctx, sql).await.unwrap(), want);
+        let after = cluster.cluster.placement().unwrap();
+        let (hits, misses) = (
+            cluster.memory_lookups().0 - hits,
+            cluster.memory_lookups().1 - misses,
+        );
+        let elsewhere = after.elsewhere - before.elsewhere;
+        let gets = cluster.gets();
+        let rate = hits as f64 / (hits + misses).max(1) as f64;
+        let held: Vec<u64> = cluster
+            .executors
+            .iter()
+            .map(|(_, e)| e.setup.lake().stats().range.memory_bytes)
+            .collect();
+        report.push(format!(
+            "run {run}: {} tasks on their preferred executor, {elsewhere} elsewhere, GETs by \
+             executor {gets:?}, memory hit rate {:.1}%, memory held {held:?}",
+            after.preferred - before.preferred,
+            rate * 100.0
+        ));
+        if all_cached && elsewhere == 0 {
+            assert_eq!(gets.iter().sum::<u64>(), 0, "{report:?}");
+        }
+        assert!(rate >= 0.95, "{report:?}");
+    }
+    report
+}
+
+/// The lake of the affinity tests and the query they time.
+const AFFINITY_FILES: usize = 32;
+const AFFINITY_SQL: &str = "SELECT category, count(*), round(sum(value), 3), max(name) FROM t \
+                            GROUP BY category ORDER BY category";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_affinity_tasks_run_where_their_files_are_cached_on_2_and_4_executors() {
+    for b in s3_backends("ballista-affinity") {
+        b.write(&LakeSpec::small_files(AFFINITY_FILES)).await;
+        let plain = vanilla(&b).await;
+        let want = rows(&plain, AFFINITY_SQL).await.unwrap();
+        for n in [2, 4] {
+            let cluster = AffinityCluster::start(&b, n, 1 << 30).await;
+            let ctx = cluster.client(&b, AFFINITY_FILES).await;
+            assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
+            let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, true).await;
+            eprintln!("{} x{n}: {}", b.name, report.join("; "));
+            for sql in CORPUS {
+                assert_eq!(
+                    rows(&ctx, sql).await.unwrap(),
+                    rows(&plain, sql).await.unwrap(),
+                    "{} x{n}: {sql}",
+                    b.name
+                );
+            }
+            if n == 4 {
+                // An executor leaves: the answers stay right, and once it counts as gone its
+                // files move to the others, which serve them warm from the next run on.
+                cluster.cluster.stop_executor("executor-3");
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
+                let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, true).await;
+                eprintln!("{} x4 after executor-3 left: {}", b.name, report.join("; "));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_affinity_two_executors_serve_a_lake_larger_than_either_memory_tier_warm() {
+    for b in s3_backends("ballista-affinity-capacity") {
+        b.write(&LakeSpec::small_files(AFFINITY_FILES)).await;
+        let plain = vanilla(&b).await;
+        let want = rows(&plain, AFFINITY_SQL).await.unwrap();
+        // What the query reads of the lake, measured in one process, sizes the tiers: each
+        // executor's memory holds two thirds of it, so the lake is 1.5x one executor's tier.
+        let probe = LakeCache::builder().build().unwrap();
+        let probe_ctx = common::installed(
+            &b,
+            b.counting(),
+            &probe,
+            SessionStateBuilder::new(),
+            SessionConfig::new(),
+        )
+        .await;
+        rows(&probe_ctx, AFFINITY_SQL).await.unwrap();
+        let lake = probe.stats().range.memory_bytes;
+        let memory = (lake * 2 / 3).max(1 << 20);
+        let cluster = AffinityCluster::start(&b, 2, memory).await;
+        let ctx = cluster.client(&b, AFFINITY_FILES).await;
+        assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
+        let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, false).await;
+        eprintln!(
+            "{}: lake {lake} bytes, memory tier {memory} on each of 2 executors: {}",
+            b.name,
+            report.join("; ")
         );
     }
 }

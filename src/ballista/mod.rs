@@ -35,6 +35,7 @@
 //! # }
 //! ```
 
+pub mod affinity;
 pub mod codec;
 
 use std::sync::Arc;
@@ -56,6 +57,7 @@ use crate::config::LakeOptions;
 use crate::lake::LakeCache;
 use crate::sql::LakeObjectStoreRegistry;
 use crate::store::Caches;
+pub use affinity::{AffinityPolicy, PlacementStats};
 use codec::{LakeLogicalCodec, LakePhysicalCodec};
 
 /// What builds a scheduler's session state from the settings a client sent (Ballista's

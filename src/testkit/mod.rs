@@ -27,7 +27,7 @@ mod session;
 
 pub use cloud::CloudMetadata;
 #[cfg(feature = "ballista")]
-pub use cluster::{Process, start_cluster};
+pub use cluster::{NamedCluster, Placement, Process, start_cluster};
 pub use counting::{CountingStore, RequestCounts};
 pub use digests::ContentETags;
 pub use fault::{FaultStore, Op};

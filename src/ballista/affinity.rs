@@ -1,0 +1,484 @@
+//! Affinity placement: the scheduler runs each scan task on the executor whose caches hold
+//! its files, so that a cluster's caches add up instead of each executor caching the whole
+//! lake.
+//!
+//! - **The rule.** A scan partition's preferred executor is decided by rendezvous hashing
+//!   (highest random weight) of the object it reads most bytes of over the names of the
+//!   executors alive now: each (executor, object) pair gets a score, the highest wins. When
+//!   an executor joins or leaves, only the objects it wins or won move; nothing else does.
+//! - **Names.** Executors are told apart by their id (`ExecutorProcessConfig::executor_id`,
+//!   `--executor-id`), which a deployment must set to a stable name: Ballista's default is a
+//!   new random id at every start, which would move every object at every restart and throw
+//!   away a disk tier's worth of cache.
+//! - **Waiting.** A partition whose preferred executor has no free slot waits for it, up to
+//!   [`AffinityPolicy::with_wait`] (default [`DEFAULT_WAIT`]), then runs on any executor
+//!   with a free slot. Ballista binds tasks only when an event arrives: in pull mode every
+//!   executor's poll is one (an idle executor polls every 50 ms), in push mode a finished
+//!   task is one, and a waiting partition is bound at the first event after its wait.
+//! - **What is not a scan** (stages reading shuffle output, stages that collapse their
+//!   input into one task) is bound as Ballista's default policy binds it: to the executor
+//!   with the most free slots.
+//!
+//! The figures ([`PlacementStats`]) say how many tasks ran on their preferred executor,
+//! how many ran elsewhere after waiting, and how many were not scans.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ballista_core::JobId;
+use ballista_core::config::BallistaConfig;
+use ballista_core::execution_plans::{RangeShuffleReaderExec, ShuffleReaderExec};
+use ballista_core::serde::protobuf::{AvailableVcores, executor_status, job_status};
+use ballista_core::serde::scheduler::TaskKey;
+use ballista_scheduler::cluster::{BoundTask, ClusterState, DistributionPolicy};
+use ballista_scheduler::state::execution_graph::{TaskDescription, create_task_info};
+use ballista_scheduler::state::execution_stage::RunningStage;
+use ballista_scheduler::state::task_builder::restrict_plan_to_partitions;
+use ballista_scheduler::state::task_manager::JobInfoCache;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use twox_hash::XxHash64;
+
+/// How long a scan partition waits for its preferred executor by default: about one cold
+/// read of a small file (a round trip to the store and its bytes), which is what running it
+/// elsewhere would cost.
+pub const DEFAULT_WAIT: Duration = Duration::from_millis(100);
+
+/// How long an executor counts as alive after its last heartbeat (or poll) by default:
+/// Ballista's own `executor_timeout_seconds`, so push-mode executors (a heartbeat a minute)
+/// never look gone between heartbeats.
+pub const DEFAULT_LIVENESS: Duration = Duration::from_secs(180);
+
+/// The executor of `executors` that `object` prefers: the one with the highest rendezvous
+/// score. `None` if there is none.
+pub fn preferred_executor<'a>(executors: &'a [String], object: &str) -> Option<&'a String> {
+    executors
+        .iter()
+        .max_by_key(|executor| score(executor, object))
+}
+
+fn score(executor: &str, object: &str) -> u64 {
+    let mut hasher = XxHash64::with_seed(0x1a4e_cac4e);
+    hasher.write(executor.as_bytes());
+    hasher.write_u8(0);
+    hasher.write(object.as_bytes());
+    hasher.finish()
+}
+
+/// How the scheduler placed tasks, from [`AffinityPolicy::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PlacementStats {
+    /// Scan tasks run on their preferred executor.
+    pub preferred: u64,
+    /// Of them, tasks that waited for it first.
+    pub waited: u64,
+    /// Scan tasks run elsewhere: their preferred executor had no free slot within the wait.
+    pub elsewhere: u64,
+    /// Tasks that read no file of their own (shuffle readers, collapsing stages).
+    pub not_scans: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    preferred: AtomicU64,
+    waited: AtomicU64,
+    elsewhere: AtomicU64,
+    not_scans: AtomicU64,
+}
+
+/// A stage's partitions and the object each reads most bytes of (`None`: no file).
+type StageKeys = Vec<Option<String>>;
+
+/// A stage of a job, in one attempt.
+type StageAttempt = (JobId, usize, usize);
+
+/// Ballista's task distribution by cache affinity; see the module docs. Set with
+/// `SchedulerConfig::with_task_distribution(TaskDistributionPolicy::Custom(policy))`.
+pub struct AffinityPolicy {
+    cluster: Arc<dyn ClusterState>,
+    wait: Duration,
+    liveness: Duration,
+    keys: Mutex<HashMap<StageAttempt, Arc<StageKeys>>>,
+    /// When each waiting partition first found its preferred executor busy.
+    waiting: Mutex<HashMap<(StageAttempt, usize), Instant>>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for AffinityPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AffinityPolicy")
+            .field("wait", &self.wait)
+            .field("liveness", &self.liveness)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AffinityPolicy {
+    /// A policy over the executors `cluster` knows (`BallistaCluster::cluster_state`).
+    pub fn new(cluster: Arc<dyn ClusterState>) -> Self {
+        Self {
+            cluster,
+            wait: DEFAULT_WAIT,
+            liveness: DEFAULT_LIVENESS,
+            keys: Mutex::default(),
+            waiting: Mutex::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// How long a scan partition waits for its preferred executor before it runs elsewhere.
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// How long an executor counts as alive after its last heartbeat or poll: an executor
+    /// silent for longer stops being preferred, and its objects move to the others.
+    pub fn with_liveness(mut self, liveness: Duration) -> Self {
+        self.liveness = liveness;
+        self
+    }
+
+    /// How tasks were placed so far.
+    pub fn stats(&self) -> PlacementStats {
+        let c = &self.counters;
+        PlacementStats {
+            preferred: c.preferred.load(Relaxed),
+            waited: c.waited.load(Relaxed),
+            elsewhere: c.elsewhere.load(Relaxed),
+            not_scans: c.not_scans.load(Relaxed),
+        }
+    }
+
+    /// The executors alive now, by name, sorted: those heard from within the liveness and
+    /// not reported dead or terminating, and those offering slots now.
+    fn alive(&self, budgets: &[&mut AvailableVcores]) -> Vec<String> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut alive: HashSet<String> = self
+            .cluster
+            .executor_heartbeats()
+            .into_values()
+            .filter(|h| now.saturating_sub(h.timestamp) <= self.liveness.as_secs())
+            .filter(|h| {
+                !matches!(
+                    h.status.as_ref().and_then(|s| s.status.as_ref()),
+                    Some(
+                        executor_status::Status::Dead(_) | executor_status::Status::Terminating(_)
+                    )
+                )
+            })
+            .map(|h| h.executor_id)
+            .collect();
+        alive.extend(budgets.iter().map(|b| b.executor_id.clone()));
+        let mut alive: Vec<String> = alive.into_iter().collect();
+        alive.sort();
+        alive
+    }
+
+    /// The object each partition of `stage` reads most bytes of, worked out once per stage
+    /// attempt.
+    fn keys_of(&self, attempt: &StageAttempt, stage: &RunningStage) -> Arc<StageKeys> {
+        let mut keys = lock(&self.keys);
+        if let Some(found) = keys.get(attempt) {
+            return Arc::clone(found);
+        }
+        let found: StageKeys = if collapses(&stage.plan) {
+            vec![None; stage.partitions]
+        } else {
+            (0..stage.partitions)
+                .map(|p| main_object(&stage.plan, p))
+                .collect()
+        };
+        let found = Arc::new(found);
+        keys.insert(attempt.clone(), Arc::clone(&found));
+        found
+    }
+
+    /// Forgets what it kept of jobs no longer running.
+    fn forget_finished(&self, running: &HashMap<JobId, JobInfoCache>) {
+        lock(&self.keys).retain(|(job, _, _), _| running.contains_key(job));
+        lock(&self.waiting).retain(|((job, _, _), _), _| running.contains_key(job));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[async_trait::async_trait]
+impl DistributionPolicy for AffinityPolicy {
+    async fn bind_tasks(
+        &self,
+        mut budgets: Vec<&mut AvailableVcores>,
+        running_jobs: Arc<HashMap<JobId, JobInfoCache>>,
+    ) -> Result<Vec<BoundTask>> {
+        self.forget_finished(&running_jobs);
+        let mut bound = Vec::new();
+        if budgets.iter().all(|b| b.vcores == 0) {
+            return Ok(bound);
+        }
+        let alive = self.alive(&budgets);
+        for (job_id, job) in running_jobs.iter() {
+            if !matches!(job.status, Some(job_status::Status::Running(_))) {
+                continue;
+            }
+            let mut graph = job.execution_graph.write().await;
+            let session_id = graph.session_id().to_string();
+            let mut done_with = Vec::new();
+            while let Some(stage) = graph.fetch_running_stage(&done_with) {
+                done_with.push(stage.stage_id);
+                let attempt = (job_id.clone(), stage.stage_id, stage.stage_attempt_num);
+                let keys = self.keys_of(&attempt, stage);
+                let pending = stage.pending.next_slice(usize::MAX);
+                let mut by_executor: HashMap<usize, Vec<usize>> = HashMap::new();
+                let mut elsewhere = Vec::new();
+                let mut unplaced = Vec::new();
+                let mut deferred = Vec::new();
+                for p in pending {
+                    let Some(object) = keys.get(p).and_then(Option::as_deref) else {
+                        unplaced.push(p);
+                        continue;
+                    };
+                    let owner = preferred_executor(&alive, object);
+                    let slot = owner.and_then(|o| budgets.iter().position(|b| &b.executor_id == o));
+                    let free = slot.is_some_and(|i| {
+                        let taken = by_executor.get(&i).map_or(0, Vec::len);
+                        budgets[i].vcores as usize > taken
+                    });
+                    let key = (attempt.clone(), p);
+                    match (slot, free) {
+                        (Some(i), true) => {
+                            if lock(&self.waiting).remove(&key).is_some() {
+                                self.counters.waited.fetch_add(1, Relaxed);
+                            }
+                            by_executor.entry(i).or_default().push(p);
+                        }
+                        _ => {
+                            let since = *lock(&self.waiting)
+                                .entry(key.clone())
+                                .or_insert_with(Instant::now);
+                            if since.elapsed() >= self.wait {
+                                lock(&self.waiting).remove(&key);
+                                elsewhere.push(p);
+                            } else {
+                                deferred.push(p);
+                            }
+                        }
+                    }
+                }
+                let cap = max_partitions_per_task(stage);
+                for (i, partitions) in by_executor {
+                    for slice in partitions.chunks(cap) {
+                        let task = bind(
+                            stage,
+                            &session_id,
+                            job_id,
+                            &mut *budgets[i],
+                            slice.to_vec(),
+                            false,
+                        );
+                        self.counters.preferred.fetch_add(1, Relaxed);
+                        bound.push(task);
+                    }
+                }
+                // Partitions that waited long enough, and those that read no file: the
+                // executor with the most free slots, as Ballista's default binds them.
+                for (partitions, scans) in [(elsewhere, true), (unplaced, false)] {
+                    let mut rest = partitions;
+                    let collapse = !scans && collapses(&stage.plan);
+                    while !rest.is_empty() {
+                        let Some(budget) = budgets
+                            .iter_mut()
+                            .filter(|b| b.vcores > 0)
+                            .max_by_key(|b| b.vcores)
+                        else {
+                            break;
+                        };
+                        let take = if collapse {
+                            rest.len()
+                        } else {
+                            rest.len().min(budget.vcores as usize).min(cap)
+                        };
+                        let slice: Vec<usize> = rest.drain(..take).collect();
+                        let task = bind(stage, &session_id, job_id, budget, slice, collapse);
+                        let counter = match scans {
+                            true => &self.counters.elsewhere,
+                            false => &self.counters.not_scans,
+                        };
+                        counter.fetch_add(1, Relaxed);
+                        bound.push(task);
+                    }
+                    deferred.extend(rest);
+                }
+                deferred.sort_unstable();
+                stage.pending.reschedule(deferred);
+            }
+        }
+        Ok(bound)
+    }
+
+    fn name(&self) -> &str {
+        "lakecache-affinity"
+    }
+}
+
+/// The most input partitions one task may bundle.
+fn max_partitions_per_task(stage: &RunningStage) -> usize {
+    stage
+        .session_config
+        .options()
+        .extensions
+        .get::<BallistaConfig>()
+        .map(|c| c.max_partitions_per_task())
+        .filter(|&n| n > 0)
+        .unwrap_or(usize::MAX)
+}
+
+/// Binds `partitions` of `stage` as one task on `budget`'s executor, as Ballista's own
+/// binding does: the task's id is its slot in the stage's task list, its attempt the
+/// highest of its partitions', and it takes a slot per partition (one for a stage that
+/// collapses its input into one).
+fn bind(
+    stage: &mut RunningStage,
+    session_id: &str,
+    job_id: &JobId,
+    budget: &mut AvailableVcores,
+    partitions: Vec<usize>,
+    collapse: bool,
+) -> BoundTask {
+    let vcores = if collapse { 1 } else { partitions.len() as u32 };
+    let executor_id = budget.executor_id.clone();
+    let task_id = stage.task_infos.len();
+    let task_attempt = partitions
+        .iter()
+        .map(|p| stage.task_failure_numbers[*p])
+        .max()
+        .unwrap_or(0);
+    let mut info = create_task_info(executor_id.clone(), task_id);
+    info.global_input_partition_ids = partitions.clone();
+    info.vcores_consumed = vcores;
+    stage.task_infos.push(info);
+    budget.vcores = budget.vcores.saturating_sub(vcores);
+    let task = TaskDescription {
+        session_id: session_id.to_string(),
+        key: TaskKey {
+            job_id: job_id.clone(),
+            stage_id: stage.stage_id,
+            task_id,
+        },
+        stage_attempt_num: stage.stage_attempt_num,
+        task_attempt,
+        global_input_partition_ids: partitions,
+        vcores_consumed: vcores,
+        plan: stage.plan.clone(),
+        session_config: stage.session_config.clone(),
+    };
+    (executor_id, task)
+}
+
+/// Whether the stage's root reads its input as one partition (a collapse): then its whole
+/// queue is one task, as Ballista requires.
+fn collapses(root: &Arc<dyn ExecutionPlan>) -> bool {
+    fn walk(node: &Arc<dyn ExecutionPlan>) -> bool {
+        if node.downcast_ref::<ShuffleReaderExec>().is_some()
+            || node.downcast_ref::<RangeShuffleReaderExec>().is_some()
+        {
+            return false;
+        }
+        if node.output_partitioning().partition_count() == 1 {
+            return true;
+        }
+        match node.children().as_slice() {
+            [child] => walk(child),
+            _ => false,
+        }
+    }
+    match root.children().as_slice() {
+        [child] => walk(child),
+        _ => false,
+    }
+}
+
+/// The object partition `p` of `plan` reads most bytes of, if it reads files.
+fn main_object(plan: &Arc<dyn ExecutionPlan>, p: usize) -> Option<String> {
+    let restricted = restrict_plan_to_partitions(Arc::clone(plan), &[p]).ok()?;
+    let mut bytes: HashMap<String, u64> = HashMap::new();
+    let _ = restricted.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<DataSourceExec>()
+            && let Some(files) = scan.data_source().downcast_ref::<FileScanConfig>()
+        {
+            for group in &files.file_groups {
+                for file in group.iter() {
+                    let len = file
+                        .range
+                        .as_ref()
+                        .map_or(file.object_meta.size, |r| (r.end - r.start) as u64);
+                    *bytes
+                        .entry(format!(
+                            "{}/{}",
+                            files.object_store_url, file.object_meta.location
+                        ))
+                        .or_default() += len;
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    bytes
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+        .map(|(object, _)| object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("executor-{i}")).collect()
+    }
+
+    #[test]
+    fn objects_spread_over_executors_and_only_a_leavers_move() {
+        let objects: Vec<String> = (0..1000)
+            .map(|i| format!("s3://lake/t/f{i}.parquet"))
+            .collect();
+        let four = names(4);
+        let owners: Vec<&String> = objects
+            .iter()
+            .map(|o| preferred_executor(&four, o).unwrap())
+            .collect();
+        for executor in &four {
+            let share = owners.iter().filter(|o| **o == executor).count();
+            assert!((180..=320).contains(&share), "{executor}: {share} of 1000");
+        }
+        // executor-3 leaves: only its objects move, spread over the others.
+        let three = names(3);
+        for (object, before) in objects.iter().zip(&owners) {
+            let after = preferred_executor(&three, object).unwrap();
+            if before.as_str() != "executor-3" {
+                assert_eq!(after, *before, "{object} moved though its executor stayed");
+            }
+        }
+        // The order executors are listed in changes nothing.
+        let mut shuffled = four.clone();
+        shuffled.reverse();
+        for object in &objects {
+            assert_eq!(
+                preferred_executor(&shuffled, object),
+                preferred_executor(&four, object)
+            );
+        }
+        assert_eq!(preferred_executor(&[], "x"), None);
+    }
+}
