@@ -20,6 +20,7 @@
 //!
 //! Each acts when the query runs, not when it is planned: `EXPLAIN` warms or drops nothing.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -376,10 +377,10 @@ fn session_reads(caches: &Caches, stores: &SessionStores) -> Vec<StoreReads> {
 fn proven(caches: &Caches, reads: &[StoreReads]) -> Vec<(StoreIdentity, ObjectVersion)> {
     let identities: Vec<StoreIdentity> = reads.iter().map(|r| r.identity().clone()).collect();
     let mut proven = caches.handles.proven_by(&identities);
-    proven.sort_by(|a, b| {
-        (a.1.store(), a.1.path().as_ref()).cmp(&(b.1.store(), b.1.path().as_ref()))
-    });
-    proven.dedup_by(|a, b| a.1 == b.1);
+    // A version two of the session's stores proved is one entry.
+    let mut seen = HashSet::new();
+    proven.retain(|(_, v)| seen.insert(v.clone()));
+    proven.sort_by_cached_key(|(_, v)| v.canonical());
     proven
 }
 
