@@ -10,11 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Backend, WORKLOAD, remote_backends, rows, s3_backend, scan, sorted_lines};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::{LakeSpec, same_layout_file};
 use datafusion_lakecache::testkit::{ContentETags, CountingStore, FaultStore, LatencyStore, Op};
-use datafusion_lakecache::{CachingObjectStore, LakeCache, StoreIdentity};
+use datafusion_lakecache::{CachingObjectStore, LakeCache, LakeTable, StoreIdentity};
 use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -145,6 +149,59 @@ async fn a_store_that_may_list_but_not_read_gets_no_rows_and_no_metadata_of_anot
             "{}: no metadata was served to it",
             b.name
         );
+        assert_eq!(rows(&owner, sql).await.unwrap(), want, "{}", b.name);
+    }
+}
+
+/// A session that was never installed, with `b`'s table as a `LakeTable` of the given
+/// schema over `store` as registered (not wrapped by the caches: its reads are the ones
+/// the caches make over a store they did not wrap).
+async fn unwrapped_session(
+    b: &Backend,
+    store: Arc<dyn ObjectStore>,
+    lake: &LakeCache,
+) -> SessionContext {
+    let ctx = SessionContext::new_with_config(config());
+    ctx.register_object_store(&b.store_url, store);
+    let format = ParquetFormat::default().with_options(ctx.state().default_table_options().parquet);
+    let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
+    let listing = ListingTableConfig::new(ListingTableUrl::parse(b.table_url()).unwrap())
+        .with_listing_options(options)
+        .with_schema(datafusion_lakecache::testkit::lake::schema());
+    let table = LakeTable::new(Arc::new(ListingTable::try_new(listing).unwrap()), lake);
+    ctx.register_table("t", Arc::new(table)).unwrap();
+    ctx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lake_table_over_a_store_the_caches_never_wrapped_gets_nothing_its_store_refuses() {
+    for b in remote_backends("tenants_unwrapped") {
+        b.write(&LakeSpec::small_files(4)).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let sql = "SELECT count(*), sum(id) FROM t WHERE name <> 'nobody'";
+        let want = scan(&b, Arc::clone(&b.raw), sql).await.unwrap();
+        // The owner's reads fill the index cache with every footer.
+        let owner = unwrapped_session(&b, Arc::clone(&b.raw), &lake).await;
+        for _ in 0..2 {
+            assert_eq!(rows(&owner, sql).await.unwrap(), want, "{}", b.name);
+        }
+        let footers = lake.stats().index.footers;
+        assert!(footers.hits > 0, "{}: {footers:?}", b.name);
+        // A store that may list but not read, registered as it is.
+        let other = unwrapped_session(&b, refusing(&b, &[Op::Head, Op::Get]), &lake).await;
+        let err = rows(&other, sql)
+            .await
+            .expect_err("no rows for a refused store");
+        assert!(err.to_string().contains("refused"), "{}: {err}", b.name);
+        assert_eq!(
+            lake.stats().index.footers.hits,
+            footers.hits,
+            "{}: no footer was served to it",
+            b.name
+        );
+        // A store of its own that can read gets the same answer.
+        let reader = unwrapped_session(&b, b.counting(), &lake).await;
+        assert_eq!(rows(&reader, sql).await.unwrap(), want, "{}", b.name);
         assert_eq!(rows(&owner, sql).await.unwrap(), want, "{}", b.name);
     }
 }
