@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use common::{remote_backends, rows, scan};
 use datafusion::execution::SessionStateBuilder;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
+use futures::TryStreamExt;
+use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 const FILES: usize = 100;
@@ -25,67 +27,85 @@ fn session(lake: &LakeCache) -> SessionContext {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn registering_a_table_lists_once_and_reads_every_footer_at_once() {
+async fn registering_a_table_either_way_lists_once_and_reads_every_footer_at_once() {
+    // `CREATE EXTERNAL TABLE` (a `LakeTable`) and `register_parquet` (a plain
+    // `ListingTable` in the installed session) alike.
     for b in remote_backends("first_contact_register") {
         b.write(&LakeSpec::small_files(FILES)).await;
         let sql = "SELECT category, count(*) FROM t GROUP BY category ORDER BY category";
         let want = scan(&b, Arc::clone(&b.raw), sql).await.unwrap();
-        let lake = LakeCache::builder().build().unwrap();
-        // Slow enough that requests sent one round after another could not overlap.
-        let slow = LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(50));
-        let counted = Arc::new(CountingStore::new(slow));
-        let ctx = session(&lake);
-        ctx.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
-        let create = format!(
-            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
-            b.table_url()
-        );
-        ctx.sql(&create).await.unwrap();
-        let mut c = counted.counts();
-        // Hedged copies (at most one request in twenty) are counted apart.
-        let hedged = lake.stats().store.hedged;
-        c.get -= hedged;
-        let file_bytes = b
-            .raw
-            .head(&b.prefix.clone().join(LakeSpec::file_name(0)))
-            .await;
-        let file_bytes = file_bytes.unwrap().size;
-        eprintln!(
-            "{}: CREATE {c:?}, {} bytes, {} at once, {:?}",
-            b.name,
-            counted.bytes(),
-            counted.peak_in_flight(),
-            lake.stats().index
-        );
-        assert_eq!(c.list, 1, "{}: one listing: {c:?}", b.name);
-        assert_eq!(
-            c.get, FILES as u64,
-            "{}: one footer read per file: {c:?}",
-            b.name
-        );
-        assert_eq!(c.head, 0, "{}: {c:?}", b.name);
-        // All at once, not DataFusion's 32 at a time.
-        assert!(counted.peak_in_flight() >= FILES as u64, "{}", b.name);
-        // The footers, not the files: small files are not read whole.
-        assert!(
-            counted.bytes() < FILES as u64 * file_bytes / 2,
-            "{}: {} bytes for {FILES} files of {file_bytes}",
-            b.name,
-            counted.bytes()
-        );
-        let s = lake.stats().index;
-        assert_eq!(
-            (s.warmed, s.footer_loads),
-            (FILES as u64, FILES as u64),
-            "{}: {s:?}",
-            b.name
-        );
-        // The first query finds every footer: it reads data only.
-        counted.reset();
-        assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}", b.name);
-        let c = counted.counts();
-        assert_eq!((c.list, c.head), (0, 0), "{}: {c:?}", b.name);
-        assert_eq!(lake.stats().index.footer_loads, FILES as u64, "{}", b.name);
+        for by_sql in [true, false] {
+            let lake = LakeCache::builder().build().unwrap();
+            let name = format!(
+                "{} ({})",
+                b.name,
+                match by_sql {
+                    true => "CREATE EXTERNAL TABLE",
+                    false => "register_parquet",
+                }
+            );
+            // Slow enough that requests sent one round after another could not overlap.
+            let slow = LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(50));
+            let counted = Arc::new(CountingStore::new(slow));
+            let ctx = session(&lake);
+            ctx.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
+            if by_sql {
+                let create = format!(
+                    "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'",
+                    b.table_url()
+                );
+                ctx.sql(&create).await.unwrap();
+            } else {
+                ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+                    .await
+                    .unwrap();
+            }
+            let mut c = counted.counts();
+            // Hedged copies (at most one request in twenty) are counted apart.
+            let hedged = lake.stats().store.hedged;
+            c.get -= hedged;
+            let file_bytes = b
+                .raw
+                .head(&b.prefix.clone().join(LakeSpec::file_name(0)))
+                .await;
+            let file_bytes = file_bytes.unwrap().size;
+            eprintln!(
+                "{}: registered {c:?}, {} bytes, {} at once, {:?}",
+                name,
+                counted.bytes(),
+                counted.peak_in_flight(),
+                lake.stats().index
+            );
+            assert_eq!(c.list, 1, "{}: one listing: {c:?}", name);
+            assert_eq!(
+                c.get, FILES as u64,
+                "{}: one footer read per file: {c:?}",
+                name
+            );
+            assert_eq!(c.head, 0, "{}: {c:?}", name);
+            // All at once, not DataFusion's 32 at a time.
+            assert!(counted.peak_in_flight() >= FILES as u64, "{}", name);
+            // The footers, not the files: small files are not read whole.
+            assert!(
+                counted.bytes() < FILES as u64 * file_bytes / 2,
+                "{}: {} bytes for {FILES} files of {file_bytes}",
+                name,
+                counted.bytes()
+            );
+            let s = lake.stats().index;
+            assert_eq!(
+                (s.warmed, s.footer_loads),
+                (FILES as u64, FILES as u64),
+                "{}: {s:?}",
+                name
+            );
+            // The first query finds every footer: it reads data only.
+            counted.reset();
+            assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{}", name);
+            let c = counted.counts();
+            assert_eq!((c.list, c.head), (0, 0), "{}: {c:?}", name);
+            assert_eq!(lake.stats().index.footer_loads, FILES as u64, "{}", name);
+        }
     }
 }
 
@@ -172,5 +192,78 @@ async fn a_cold_point_lookup_reads_bloom_filters_then_only_the_row_group_they_ke
             ours.1,
             vanilla.1
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_logs_listing_starts_no_footer_read_where_a_tables_listing_does() {
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(4)).await;
+    // A Delta log holds Parquet files too (its checkpoints); they are read as the log says.
+    let log = Path::from("delta/_delta_log");
+    for i in 0..4 {
+        let file = b.prefix.clone().join(LakeSpec::file_name(i));
+        let bytes = b.raw.get(&file).await.unwrap().bytes().await.unwrap();
+        let checkpoint = log.clone().join(format!("{i:020}.checkpoint.parquet"));
+        b.raw.put(&checkpoint, bytes.into()).await.unwrap();
+    }
+    let lake = LakeCache::builder().build().unwrap();
+    let counted = b.counting();
+    let ctx = session(&lake);
+    ctx.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
+    let store = ctx
+        .runtime_env()
+        .object_store_registry
+        .get_store(&b.store_url)
+        .unwrap();
+    let listed: Vec<_> = store.list(Some(&log)).try_collect().await.unwrap();
+    assert_eq!(listed.len(), 4);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(counted.counts().get, 0, "{:?}", counted.counts());
+    assert_eq!(lake.stats().index.warmed, 0);
+    // The table's own listing starts its footer reads.
+    let listed: Vec<_> = store.list(Some(&b.prefix)).try_collect().await.unwrap();
+    assert_eq!(listed.len(), 4);
+    let began = std::time::Instant::now();
+    while lake.stats().index.warmed < 4 && began.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(lake.stats().index.warmed, 4, "{:?}", lake.stats().index);
+    assert_eq!(counted.counts().get, 4, "{:?}", counted.counts());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hedging_is_on_by_default_and_a_slow_requests_copy_answers_for_it() {
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(FILES)).await;
+    let sql = "SELECT category, count(*) FROM t GROUP BY category ORDER BY category";
+    let want = scan(&b, Arc::clone(&b.raw), sql).await.unwrap();
+    for hedge in [None, Some(false)] {
+        let mut builder = LakeCache::builder();
+        if let Some(on) = hedge {
+            builder = builder.hedge_requests(on);
+        }
+        let lake = builder.build().unwrap();
+        // One request in forty takes 40 times the usual 5 ms, as object stores' tails do
+        // (rarer than one in twenty, so the 95th percentile is the usual wait).
+        let tail =
+            LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(5)).with_tail(40, 40, 7);
+        let ctx = session(&lake);
+        ctx.register_object_store(&b.store_url, Arc::new(tail) as Arc<dyn ObjectStore>);
+        ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(rows(&ctx, sql).await.unwrap(), want);
+        let s = lake.stats().store;
+        eprintln!("hedging {hedge:?}: {s:?}");
+        match hedge {
+            // By default: slow requests got copies, which answered for some of them, within
+            // one copy per twenty requests.
+            None => {
+                assert!(s.hedged > 0 && s.hedges_won > 0, "{s:?}");
+                assert!(s.hedged * 20 <= s.gets, "{s:?}");
+            }
+            Some(_) => assert_eq!((s.hedged, s.hedges_won), (0, 0), "{s:?}"),
+        }
     }
 }
