@@ -683,3 +683,30 @@ fn a_long_statement_shows_a_progress_line_on_stderr_and_erases_it() {
     let out = lakecache(&["-q", "-c", "SELECT 1"], &[]);
     assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_sessions_may_clear_warm_list_and_invalidate_the_caches() {
+    // The tool's one user owns its caches: `lakecache.sql.clear` and `lakecache.sql.manage`
+    // are on in its sessions (a library's sessions have them off).
+    let b = local_backend();
+    b.write(&LakeSpec::small_files(2)).await;
+    let out = lakecache(
+        &[
+            "-c",
+            &create(&b),
+            "-c",
+            "SELECT * FROM lakecache_warm('t')",
+            "-c",
+            "SELECT count(*) AS n FROM lakecache_entries()",
+            "-c",
+            "SELECT * FROM lakecache_invalidate('file:///nowhere.parquet')",
+            "-c",
+            "SELECT * FROM lakecache_clear('range')",
+        ],
+        &[],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("rror"), "{stderr}");
+    assert!(stdout.contains("| n "), "{stdout}");
+}
