@@ -420,33 +420,39 @@ async fn with_affinity_tasks_run_where_their_files_are_cached_on_2_and_4_executo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn with_affinity_two_executors_serve_a_lake_larger_than_either_memory_tier_warm() {
-    for b in s3_backends("ballista-affinity-capacity") {
-        b.write(&LakeSpec::small_files(AFFINITY_FILES)).await;
-        let plain = vanilla(&b).await;
-        let want = rows(&plain, AFFINITY_SQL).await.unwrap();
-        // What the query reads of the lake, measured in one process, sizes the tiers: each
-        // executor's memory holds two thirds of it, so the lake is 1.5x one executor's tier.
-        let probe = LakeCache::builder().build().unwrap();
-        let probe_ctx = common::installed(
-            &b,
-            b.counting(),
-            &probe,
-            SessionStateBuilder::new(),
-            SessionConfig::new(),
-        )
-        .await;
-        rows(&probe_ctx, AFFINITY_SQL).await.unwrap();
-        let lake = probe.stats().range.memory_bytes;
-        let memory = (lake * 2 / 3).max(1 << 20);
-        let cluster = AffinityCluster::start(&b, 2, memory).await;
-        let ctx = cluster.client(&b, AFFINITY_FILES).await;
-        assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
-        let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, false).await;
-        eprintln!(
-            "{}: lake {lake} bytes, memory tier {memory} on each of 2 executors: {}",
-            b.name,
-            report.join("; ")
-        );
+async fn with_affinity_the_executors_tiers_add_up_to_serve_a_lake_larger_than_each_warm() {
+    // 2 executors and a lake 1.5x one executor's memory tier; 4 executors (50 files each)
+    // and a lake 3x one executor's tier. Each tier is the lake / (0.75 x executors): a
+    // quarter of room for the uneven shares hashing gives.
+    for (n, files) in [(2, AFFINITY_FILES), (4, 200)] {
+        for b in s3_backends(&format!("ballista-affinity-capacity-{n}")) {
+            b.write(&LakeSpec::small_files(files)).await;
+            let plain = vanilla(&b).await;
+            let want = rows(&plain, AFFINITY_SQL).await.unwrap();
+            // What the query reads of the lake, measured in one process, sizes the tiers.
+            let probe = LakeCache::builder().build().unwrap();
+            let probe_ctx = common::installed(
+                &b,
+                b.counting(),
+                &probe,
+                SessionStateBuilder::new(),
+                SessionConfig::new(),
+            )
+            .await;
+            rows(&probe_ctx, AFFINITY_SQL).await.unwrap();
+            let lake = probe.stats().range.memory_bytes;
+            let memory = ((lake as f64 / (0.75 * n as f64)) as u64).max(1 << 20);
+            let cluster = AffinityCluster::start(&b, n, memory).await;
+            let ctx = cluster.client(&b, files).await;
+            assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
+            let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, false).await;
+            eprintln!(
+                "{}: lake {lake} bytes, {:.1}x the memory tier of {memory} on each of {n} \
+                 executors: {}",
+                b.name,
+                lake as f64 / memory as f64,
+                report.join("; ")
+            );
+        }
     }
 }
