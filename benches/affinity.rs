@@ -2,13 +2,14 @@
 //! with Ballista's own placement, and the caches with `AffinityPolicy`, side by side, on 2
 //! and 4 executors (2 task slots each) in this process.
 //!
-//! The lake: `--files` (default 64) files of 5,000 rows behind 25 ms per real request and a
-//! 1 Gbit/s link per process, as `s3://bench`. Each executor's memory tier holds two thirds
-//! of what the query reads of the lake (measured first, in one process), so the lake is 1.5x
-//! one executor's tier: only a cluster whose caches add up serves it warm. The client's scans
-//! have one whole file per partition. Each side runs the query `--runs` (default 5) times in
-//! one client session; run 1 is cold, the others warm: their median time, GETs per run, and
-//! the executors' memory hit rate over the warm runs.
+//! The lake: `--files` (default 200) files of 5,000 rows behind 25 ms per real request and a
+//! 1 Gbit/s link per process, as `s3://bench`. Each executor's memory tier holds what the
+//! query reads of the lake (measured first, in one process) divided by 0.75 x the number of
+//! executors: the lake is 1.5x one executor's tier on 2 executors and 3x on 4, so only a
+//! cluster whose caches add up serves it warm (with a quarter of room for the uneven shares
+//! hashing gives). The client's scans have one whole file per partition. Each side runs the
+//! query `--runs` (default 5) times in one client session; run 1 is cold, the others warm:
+//! their median time, GETs per run, and the executors' memory hit rate over the warm runs.
 //!
 //! `cargo bench --bench affinity --features ballista` (options: `-- --runs N --files N --wait-ms N`).
 
@@ -137,7 +138,7 @@ async fn client(
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let runs = arg("--runs", 5).max(2) as usize;
-    let files = arg("--files", 64) as usize;
+    let files = arg("--files", 200) as usize;
     let spec = LakeSpec::small_files(files);
     let lake = memory_lake(&spec).await?.0 as Arc<dyn ObjectStore>;
     let url = Url::parse("s3://bench").expect("static URL");
@@ -153,20 +154,19 @@ async fn main() -> Result<()> {
         .await?;
     run(&ctx, SQL).await?;
     let read = probe.stats().range.memory_bytes;
-    let memory = (read * 2 / 3).max(1 << 20);
     println!(
-        "{files} files of {} rows; the query reads {:.1} MB; each executor's memory tier {:.1} MB \
-         (the lake 1.5x one tier); {LATENCY:?} per request, 1 Gbit/s per process; {runs} runs \
-         per side, run 1 cold; one file per scan partition; {SQL}",
+        "{files} files of {} rows; the query reads {:.1} MB; {LATENCY:?} per request, 1 Gbit/s \
+         per process; {runs} runs per side, run 1 cold; one file per scan partition; {SQL}",
         spec.rows_per_file,
         read as f64 / 1e6,
-        memory as f64 / 1e6
     );
     let affinity = Placement::Affinity {
         wait: affinity_wait(),
         liveness: Duration::from_secs(60),
     };
     for executors in [2, 4] {
+        // The lake is 0.75 x `executors` times one executor's tier: 1.5x on 2, 3x on 4.
+        let memory = ((read as f64 / (0.75 * executors as f64)) as u64).max(1 << 20);
         let sides = [
             start(
                 "plain Ballista",
@@ -199,7 +199,11 @@ async fn main() -> Result<()> {
             )
             .await?,
         ];
-        println!("{executors} executors:");
+        println!(
+            "{executors} executors, each with a memory tier of {:.1} MB (the lake {:.1}x one tier):",
+            memory as f64 / 1e6,
+            read as f64 / memory as f64
+        );
         for side in &sides {
             let ctx = client(side, &lake, &url, files).await?;
             let (mut cold, mut warm, mut gets) = (0.0, Vec::new(), Vec::new());

@@ -456,3 +456,71 @@ async fn with_affinity_the_executors_tiers_add_up_to_serve_a_lake_larger_than_ea
         }
     }
 }
+
+/// The value of the scan figure `name` in the text of `EXPLAIN ANALYZE` on a cluster.
+fn scan_figure<'a>(plan: &'a str, name: &str) -> &'a str {
+    let line = plan
+        .lines()
+        .find(|l| l.contains("DataSourceExec"))
+        .unwrap_or_else(|| panic!("no scan in {plan}"));
+    let at = line
+        .find(&format!(" {name}="))
+        .unwrap_or_else(|| panic!("no {name} in {line}"));
+    let value = &line[at + name.len() + 2..];
+    value.split([',', ']']).next().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_reads_a_querys_cache_figures_of_every_executor_with_explain_analyze() {
+    // Each task's scan figures travel with its status to the scheduler, which sums them per
+    // stage; Ballista's `EXPLAIN ANALYZE` on the client fetches them (`get_job_metrics`).
+    for b in s3_backends("ballista-explain") {
+        const FILES: usize = 8;
+        b.write(&LakeSpec::small_files(FILES)).await;
+        let cluster = AffinityCluster::start(&b, 2, 1 << 30).await;
+        let ctx = cluster.client(&b, FILES).await;
+        let explain = format!("EXPLAIN ANALYZE {AFFINITY_SQL}");
+        let plan = rows(&ctx, &explain).await.unwrap().join("\n");
+        // Cold: each file's footer was loaded by the one task that read it, and its bytes
+        // downloaded from the store (by the prefetcher, ahead of the readers).
+        assert_eq!(scan_figure(&plan, "index_footer_misses"), FILES.to_string());
+        assert_ne!(scan_figure(&plan, "prefetch_requests"), "0");
+        // Each run's figures are the executors' own: the footer lookups their caches
+        // counted in that run. Warm (once each file's preferred executor has read it), every
+        // byte comes from memory.
+        let footers = || {
+            cluster.executors.iter().fold((0, 0), |(h, m), (_, e)| {
+                let f = e.setup.lake().stats().index.footers;
+                (h + f.hits, m + f.misses)
+            })
+        };
+        let mut warm = false;
+        for run in 2..=6 {
+            let before = footers();
+            let plan = rows(&ctx, &explain).await.unwrap().join("\n");
+            let after = footers();
+            let (hits, misses) = (after.0 - before.0, after.1 - before.1);
+            eprintln!(
+                "run {run}: plan {} hits {} misses, executors {hits} {misses}; store {}, prefetched {}",
+                scan_figure(&plan, "index_footer_hits"),
+                scan_figure(&plan, "index_footer_misses"),
+                scan_figure(&plan, "bytes_from_store"),
+                scan_figure(&plan, "prefetch_requests"),
+            );
+            assert_eq!(scan_figure(&plan, "index_footer_hits"), hits.to_string());
+            assert_eq!(
+                scan_figure(&plan, "index_footer_misses"),
+                misses.to_string()
+            );
+            if hits == FILES as u64
+                && scan_figure(&plan, "bytes_from_store") == "0"
+                && scan_figure(&plan, "prefetch_requests") == "0"
+            {
+                assert_ne!(scan_figure(&plan, "bytes_from_memory"), "0");
+                warm = true;
+                break;
+            }
+        }
+        assert!(warm, "a run served from the executors' memory");
+    }
+}
