@@ -338,10 +338,12 @@ impl AffinityCluster {
     }
 }
 
-/// Runs `sql` (whose rows are `want`) twice more on `cluster`, after its first run, and
-/// says how each run was placed and served; fails if a run whose tasks all ran on their
-/// preferred executor sent a GET, when `all_cached`, or if the memory hit rate is below 95%.
-async fn warm_runs(
+/// Runs `sql` (whose rows are `want`) three times on `cluster`, and says how each run was
+/// placed and served. Fails if the memory hit rate of run 2 or 3 is below 95%, or, when
+/// `all_cached`, if a run sent a GET although its tasks and those of the run before it all
+/// ran on their preferred executor (a task placed elsewhere leaves its file to be read once
+/// by its preferred executor in a later run).
+async fn three_runs(
     cluster: &AffinityCluster,
     ctx: &SessionContext,
     sql: &str,
@@ -349,7 +351,8 @@ async fn warm_runs(
     all_cached: bool,
 ) -> Vec<String> {
     let mut report = Vec::new();
-    for run in 2..=3 {
+    let mut elsewhere_before = 0;
+    for run in 1..=3 {
         cluster.reset();
         let before = cluster.cluster.placement().unwrap();
         let (hits, misses) = cluster.memory_lookups();
@@ -373,10 +376,13 @@ async fn warm_runs(
             after.preferred - before.preferred,
             rate * 100.0
         ));
-        if all_cached && elsewhere == 0 {
-            assert_eq!(gets.iter().sum::<u64>(), 0, "{report:?}");
+        if run > 1 {
+            if all_cached && elsewhere == 0 && elsewhere_before == 0 {
+                assert_eq!(gets.iter().sum::<u64>(), 0, "{report:?}");
+            }
+            assert!(rate >= 0.95, "{report:?}");
         }
-        assert!(rate >= 0.95, "{report:?}");
+        elsewhere_before = elsewhere;
     }
     report
 }
@@ -395,8 +401,7 @@ async fn with_affinity_tasks_run_where_their_files_are_cached_on_2_and_4_executo
         for n in [2, 4] {
             let cluster = AffinityCluster::start(&b, n, 1 << 30).await;
             let ctx = cluster.client(&b, AFFINITY_FILES).await;
-            assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
-            let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, true).await;
+            let report = three_runs(&cluster, &ctx, AFFINITY_SQL, &want, true).await;
             eprintln!("{} x{n}: {}", b.name, report.join("; "));
             for sql in CORPUS {
                 assert_eq!(
@@ -411,8 +416,7 @@ async fn with_affinity_tasks_run_where_their_files_are_cached_on_2_and_4_executo
                 // files move to the others, which serve them warm from the next run on.
                 cluster.cluster.stop_executor("executor-3");
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
-                let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, true).await;
+                let report = three_runs(&cluster, &ctx, AFFINITY_SQL, &want, true).await;
                 eprintln!("{} x4 after executor-3 left: {}", b.name, report.join("; "));
             }
         }
@@ -444,8 +448,7 @@ async fn with_affinity_the_executors_tiers_add_up_to_serve_a_lake_larger_than_ea
             let memory = ((lake as f64 / (0.75 * n as f64)) as u64).max(1 << 20);
             let cluster = AffinityCluster::start(&b, n, memory).await;
             let ctx = cluster.client(&b, files).await;
-            assert_eq!(rows(&ctx, AFFINITY_SQL).await.unwrap(), want);
-            let report = warm_runs(&cluster, &ctx, AFFINITY_SQL, &want, false).await;
+            let report = three_runs(&cluster, &ctx, AFFINITY_SQL, &want, false).await;
             eprintln!(
                 "{}: lake {lake} bytes, {:.1}x the memory tier of {memory} on each of {n} \
                  executors: {}",
