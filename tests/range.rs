@@ -351,7 +351,13 @@ async fn concurrent_cold_sessions_share_every_download() {
                 "{}: {four:?} for four sessions, {alone:?} for one: {sql}",
                 b.name
             );
-            assert!(r.shared > 0, "{}: downloads were joined: {r:?}", b.name);
+            // Each download was made once: joined while in flight or, where one session ran
+            // ahead of the others (a loaded machine), served from the cache after it.
+            assert!(
+                r.shared > 0 || r.memory.hits > 0,
+                "{}: downloads were joined or reused: {r:?}",
+                b.name
+            );
         }
     }
 }
