@@ -463,17 +463,14 @@ async fn with_affinity_the_executors_tiers_add_up_to_serve_a_lake_larger_than_ea
     }
 }
 
-/// The value of the scan figure `name` in the text of `EXPLAIN ANALYZE` on a cluster.
-fn scan_figure<'a>(plan: &'a str, name: &str) -> &'a str {
-    let line = plan
-        .lines()
-        .find(|l| l.contains("DataSourceExec"))
-        .unwrap_or_else(|| panic!("no scan in {plan}"));
-    let at = line
-        .find(&format!(" {name}="))
-        .unwrap_or_else(|| panic!("no {name} in {line}"));
-    let value = &line[at + name.len() + 2..];
-    value.split([',', ']']).next().unwrap_or_default()
+/// The value of the scan figure `name` in the text of `EXPLAIN ANALYZE` on a cluster (the
+/// first stage's scan).
+fn scan_figure(plan: &[String], name: &str) -> String {
+    let values = common::scan_metric(plan, name);
+    values
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no {name} in {plan:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -486,7 +483,7 @@ async fn the_client_reads_a_querys_cache_figures_of_every_executor_with_explain_
         let cluster = AffinityCluster::start(&b, 2, 1 << 30).await;
         let ctx = cluster.client(&b, FILES).await;
         let explain = format!("EXPLAIN ANALYZE {AFFINITY_SQL}");
-        let plan = rows(&ctx, &explain).await.unwrap().join("\n");
+        let plan = rows(&ctx, &explain).await.unwrap();
         // Cold: each file's footer was loaded by the one task that read it, and its bytes
         // downloaded from the store (by the prefetcher, ahead of the readers).
         assert_eq!(scan_figure(&plan, "index_footer_misses"), FILES.to_string());
@@ -503,7 +500,7 @@ async fn the_client_reads_a_querys_cache_figures_of_every_executor_with_explain_
         let mut warm = false;
         for run in 2..=6 {
             let before = footers();
-            let plan = rows(&ctx, &explain).await.unwrap().join("\n");
+            let plan = rows(&ctx, &explain).await.unwrap();
             let after = footers();
             let (hits, misses) = (after.0 - before.0, after.1 - before.1);
             eprintln!(

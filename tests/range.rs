@@ -352,9 +352,10 @@ async fn concurrent_cold_sessions_share_every_download() {
                 b.name
             );
             // Each download was made once: joined while in flight or, where one session ran
-            // ahead of the others (a loaded machine), served from the cache after it.
+            // ahead of the others (a loaded machine), served from the cache after it, so the
+            // store sent no byte the cache does not hold once.
             assert!(
-                r.shared > 0 || r.memory.hits > 0,
+                r.shared > 0 || r.bytes_from_store <= r.memory_bytes,
                 "{}: downloads were joined or reused: {r:?}",
                 b.name
             );

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use common::{Backend, backends, installed, local_backend, rows};
+use common::{Backend, backends, installed, local_backend, rows, scan_metric};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::datasource::file_format::options::ReadOptions;
 use datafusion::execution::SessionStateBuilder;
@@ -452,21 +452,6 @@ async fn clear_and_invalidate_make_the_next_query_load_again() {
         loads + 2,
         "the one file the query opens is loaded again"
     );
-}
-
-/// The figure `name` of each `DataSourceExec` line of an `EXPLAIN ANALYZE`, in order.
-fn scan_metric(explain: &[String], name: &str) -> Vec<String> {
-    let key = format!("{name}=");
-    explain
-        .iter()
-        .filter(|line| line.contains("DataSourceExec"))
-        .filter_map(|line| {
-            let at = line.find(&key)? + key.len();
-            let rest = &line[at..];
-            let end = rest.find([',', ']']).unwrap_or(rest.len());
-            Some(rest[..end].to_string())
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,11 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Backend, WORKLOAD, remote_backends, rows, s3_backend, scan, sorted_lines};
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
+use datafusion::datasource::listing::{ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::options::ReadOptions;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::testkit::lake::{LakeSpec, same_layout_file};
 use datafusion_lakecache::testkit::{ContentETags, CountingStore, FaultStore, LatencyStore, Op};
@@ -163,8 +161,8 @@ async fn unwrapped_session(
 ) -> SessionContext {
     let ctx = SessionContext::new_with_config(config());
     ctx.register_object_store(&b.store_url, store);
-    let format = ParquetFormat::default().with_options(ctx.state().default_table_options().parquet);
-    let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
+    let options = ParquetReadOptions::default()
+        .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
     let listing = ListingTableConfig::new(ListingTableUrl::parse(b.table_url()).unwrap())
         .with_listing_options(options)
         .with_schema(datafusion_lakecache::testkit::lake::schema());

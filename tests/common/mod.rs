@@ -226,3 +226,20 @@ pub fn report(name: &str, line: &str) {
         }
     }
 }
+
+/// The figure `name` of each `DataSourceExec` line of an `EXPLAIN ANALYZE`, in order.
+pub fn scan_metric(explain: &[String], name: &str) -> Vec<String> {
+    explain
+        .iter()
+        .filter(|line| line.contains("DataSourceExec"))
+        .filter_map(|line| {
+            // The whole name: after `[` or a space, so `footer_hits` is not `index_footer_hits`.
+            let (at, _) = line
+                .match_indices(&format!("{name}="))
+                .find(|(at, _)| *at > 0 && matches!(line.as_bytes()[at - 1], b' ' | b'['))?;
+            let rest = &line[at + name.len() + 1..];
+            let end = rest.find([',', ']']).unwrap_or(rest.len());
+            Some(rest[..end].to_string())
+        })
+        .collect()
+}
