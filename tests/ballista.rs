@@ -3,6 +3,9 @@
 //! over the S3 server.
 
 mod common;
+#[cfg(feature = "delta")]
+#[path = "common/delta.rs"]
+mod delta_tables;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +77,15 @@ impl Cluster {
     /// A client session on the cluster, with `t` registered (the client reads the lake's
     /// schema through a store of its own).
     async fn client(&self, b: &Backend) -> SessionContext {
+        let ctx = self.session(b).await;
+        ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        ctx
+    }
+
+    /// A client session on the cluster, with no table registered.
+    async fn session(&self, b: &Backend) -> SessionContext {
         let client = node(b, LakeCache::builder().build().unwrap());
         let config = client.setup.config().with_target_partitions(4);
         let state = SessionStateBuilder::new()
@@ -84,9 +96,6 @@ impl Cluster {
             .await
             .unwrap();
         ctx.register_object_store(&b.store_url, b.raw.clone());
-        ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
-            .await
-            .unwrap();
         ctx
     }
 
@@ -168,6 +177,86 @@ async fn the_corpus_on_a_cluster_returns_single_process_rows_and_repeats_from_ex
                 stats.prefetch.scans > 0,
                 "{} executor {i} prefetched",
                 b.name
+            );
+        }
+    }
+}
+
+/// A Delta table (with deletion vectors) registered on the client as delta-rs's provider:
+/// the scheduler reads its log, and each task plans its files' part of the scan with delta-rs
+/// on its executor, through that executor's caches.
+#[cfg(feature = "delta")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delta_tables_corpus_on_the_cluster_returns_delta_rs_rows() {
+    use delta_tables::{batch, delete_with_deletion_vectors, delta_rs_rows, uncached};
+    use deltalake_core::protocol::SaveMode;
+
+    // The Delta table has the lake's columns but its timestamp (see `batch`).
+    let queries: Vec<&str> = CORPUS
+        .iter()
+        .copied()
+        .filter(|sql| !sql.contains("ts"))
+        .collect();
+    for b in s3_backends("ballista-delta") {
+        // A file per commit: six files for the cluster's tasks to split.
+        let mut table = uncached(&b).write(vec![batch(0)]).await.unwrap();
+        for i in 1..6 {
+            table = table
+                .write(vec![batch(i)])
+                .with_save_mode(SaveMode::Append)
+                .await
+                .unwrap();
+        }
+        let cluster = Cluster::start(&b).await;
+        let ctx = cluster.session(&b).await;
+        for vectors in [false, true] {
+            if vectors {
+                let deleted = delete_with_deletion_vectors(&b, 5, |id| id % 7 == 3).await;
+                assert!(deleted > 0, "{}: rows deleted by deletion vectors", b.name);
+            }
+            let want = delta_rs_rows(&b, &queries).await;
+            let mut loaded = uncached(&b);
+            loaded.load().await.unwrap();
+            ctx.deregister_table("t").unwrap();
+            ctx.register_table("t", loaded.table_provider().await.unwrap())
+                .unwrap();
+            let mut passes = Vec::new();
+            for pass in 0..2 {
+                cluster.reset();
+                for (sql, want) in queries.iter().zip(&want) {
+                    let got = rows(&ctx, sql).await.unwrap();
+                    assert_eq!(
+                        &got, want,
+                        "{} (vectors {vectors}) pass {pass}: {sql}",
+                        b.name
+                    );
+                }
+                passes.push(cluster.requests());
+            }
+            let (cold, warm) = (passes[0], passes[1]);
+            eprintln!(
+                "{} (vectors {vectors}): {} queries, cold {cold:?}, warm {warm:?}",
+                b.name,
+                queries.len()
+            );
+            assert!(cold.get > 0, "{}: the cold pass read the table", b.name);
+            // Data files, deletion vectors and commits are written once: the warm pass reads
+            // them from the executors' and the scheduler's caches.
+            assert_eq!(
+                warm,
+                Default::default(),
+                "{}: the warm pass sent no request",
+                b.name
+            );
+        }
+        for (i, e) in cluster.executors.iter().enumerate() {
+            let stats = e.setup.lake().stats();
+            eprintln!("{} executor {i}: {:?}", b.name, stats.range.memory);
+            assert!(
+                stats.range.memory.hits > 0,
+                "{} executor {i}: {:?}",
+                b.name,
+                stats.range
             );
         }
     }

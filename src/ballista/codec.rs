@@ -66,7 +66,14 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let plan = self.inner.try_decode(buf, inputs, ctx, proto_converter)?;
+        let plan = match buf.split_first() {
+            Some((&OTHER, rest)) => self.inner.try_decode(rest, inputs, ctx, proto_converter)?,
+            #[cfg(feature = "delta")]
+            Some((&DELTA, rest)) => {
+                return super::delta::ClusterDeltaScanExec::decode(rest, inputs, ctx, &self.scans);
+            }
+            _ => return plan_err!("a plan node not encoded by LakePhysicalCodec"),
+        };
         // The task's settings (the client's `SET lakecache.*` included) and its runtime: the
         // executor's caches, and the memory pool the task was given.
         let runtime = ctx.runtime_env();
@@ -80,6 +87,13 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        #[cfg(feature = "delta")]
+        if let Some(scan) = node.downcast_ref::<super::delta::ClusterDeltaScanExec>() {
+            buf.push(DELTA);
+            buf.extend_from_slice(&scan.encode()?);
+            return Ok(());
+        }
+        buf.push(OTHER);
         self.inner.try_encode(node, buf, proto_converter)
     }
 
@@ -142,9 +156,13 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
     }
 }
 
-/// The first byte of an encoded table provider: which codec wrote the rest.
-const LAKE_TABLE: u8 = 1;
+/// The first byte of an encoded table provider or plan node: what the rest is.
 const OTHER: u8 = 0;
+/// A [`LakeTable`], as the scan of the `ListingTable` it wraps.
+const LAKE_TABLE: u8 = 1;
+/// A Delta table or scan (feature `delta`; see [`super::delta`]).
+#[cfg_attr(not(feature = "delta"), allow(dead_code))]
+const DELTA: u8 = 2;
 
 /// Ballista's logical codec, carrying [`LakeTable`]s too; see the module docs.
 #[derive(Debug)]
@@ -205,6 +223,8 @@ impl LogicalExtensionCodec for LakeLogicalCodec {
                     Err(_) => plan_err!("table {table_ref}: a LakeTable must wrap a ListingTable"),
                 }
             }
+            #[cfg(feature = "delta")]
+            Some((&DELTA, rest)) => Ok(Arc::new(super::delta::ClusterDeltaTable::decode(rest)?)),
             Some((&OTHER, rest)) => self
                 .inner
                 .try_decode_table_provider(rest, table_ref, schema, ctx),
@@ -218,6 +238,12 @@ impl LogicalExtensionCodec for LakeLogicalCodec {
         node: Arc<dyn TableProvider>,
         buf: &mut Vec<u8>,
     ) -> Result<()> {
+        #[cfg(feature = "delta")]
+        if let Some(encoded) = super::delta::ClusterDeltaTable::encode(node.as_ref()) {
+            buf.push(DELTA);
+            buf.extend_from_slice(&encoded?);
+            return Ok(());
+        }
         let mut encoded = Vec::new();
         let kind = match node.downcast_ref::<LakeTable>() {
             Some(table) => {

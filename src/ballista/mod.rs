@@ -37,6 +37,8 @@
 
 pub mod affinity;
 pub mod codec;
+#[cfg(feature = "delta")]
+pub mod delta;
 
 use std::sync::Arc;
 
