@@ -184,7 +184,8 @@ async fn the_corpus_on_a_cluster_returns_single_process_rows_and_repeats_from_ex
 
 /// A Delta table (with deletion vectors) registered on the client as delta-rs's provider:
 /// the scheduler reads its log, and each task plans its files' part of the scan with delta-rs
-/// on its executor, through that executor's caches. Tasks are placed by affinity.
+/// on its executor, through that executor's caches. Tasks are placed by affinity (delta-rs
+/// skips files at planning, so many of these scans are single tasks of one file).
 #[cfg(feature = "delta")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_delta_tables_corpus_on_the_cluster_returns_delta_rs_rows() {
@@ -265,11 +266,14 @@ async fn a_delta_tables_corpus_on_the_cluster_returns_delta_rs_rows() {
                 "{}: the scheduler read no byte",
                 b.name
             );
-            // Files, vectors and commits come from the executors' caches: a warm pass reads
-            // less than the cold one. Runs of 2026-12-03 read 0 GETs in most warm passes and
-            // in some one file again (footer and pages) on its preferred executor, with no
-            // task placed elsewhere; not yet explained (docs/distributed.md).
-            assert!(warm < cold, "{}: the warm pass read less", b.name);
+            // Files, vectors and commits come from the executors' caches: a warm pass whose
+            // tasks, and those of the pass before, ran on their preferred executor reads
+            // nothing (a task placed elsewhere leaves its file to be read once later).
+            if cold_elsewhere == 0 && warm_elsewhere == 0 {
+                assert_eq!(warm, 0, "{}: the warm pass read no byte", b.name);
+            } else {
+                assert!(warm < cold, "{}: the warm pass read less", b.name);
+            }
         }
     }
 }

@@ -192,7 +192,10 @@ impl AffinityPolicy {
         if let Some(found) = keys.get(attempt) {
             return Arc::clone(found);
         }
-        let found: StageKeys = if collapses(&stage.plan) {
+        // A stage that collapses many partitions into one task is bound whole, as Ballista
+        // binds it; one of a single partition (a scan of one file, or of files planned into
+        // one group) is placed by its files like any other.
+        let found: StageKeys = if stage.partitions > 1 && collapses(&stage.plan) {
             vec![None; stage.partitions]
         } else {
             (0..stage.partitions)
