@@ -67,6 +67,7 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
         // footer and data, where the reader alone would make two.
         lake.clear();
         counted.reset();
+        let scans = lake.stats().prefetch.scans;
         let loads = lake.stats().index.footer_loads;
         let hedged_before = lake.stats().store.hedged;
         let sql = WORKLOAD[2];
@@ -88,6 +89,9 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
             b.name
         );
         let p = lake.stats().prefetch;
+        // One run of the scan: a stop timer of a moment with no reader does not end it while
+        // readers keep coming (a restart would fetch every file again).
+        assert_eq!(p.scans - scans, 1, "{}: one run: {p:?}", b.name);
         assert!(
             p.peak_in_flight > 2,
             "{}: more downloads in flight than DataFusion's one per partition: {p:?}",

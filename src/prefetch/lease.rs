@@ -196,12 +196,12 @@ impl Drop for FileLease {
         }
         state.leases = state.leases.saturating_sub(1);
         if state.leases == 0 {
-            let generation = state.generation;
+            let (generation, taken) = (state.generation, state.leases_taken);
             let scan = Arc::clone(scan);
             drop(state);
             self.runtime.spawn(async move {
                 tokio::time::sleep(GRACE).await;
-                scan.stop_if_idle(generation);
+                scan.stop_if_idle(generation, taken);
             });
         } else {
             scan.pump(&mut state, &self.runtime);

@@ -154,6 +154,7 @@ impl Prefetcher {
         entry.opens += 1;
         entry.leases += 1;
         state.leases += 1;
+        state.leases_taken += 1;
         scan.put_first(&mut state, version.path());
         scan.pump(&mut state, &runtime);
         let generation = state.generation;

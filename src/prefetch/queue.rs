@@ -108,6 +108,10 @@ pub(super) struct State {
     pub generation: u64,
     pub running: bool,
     pub leases: usize,
+    /// Leases taken so far: a stop timer started when the leases fell to 0 ends the scan only
+    /// if none was taken since (a count of 0 at the moment it fires is not a grace period
+    /// without readers: another file may have opened and closed in between).
+    pub leases_taken: u64,
     pub controller: Controller,
     pub reservation: Option<MemoryReservation>,
     pub queue: BTreeMap<(i64, u64), Work>,
@@ -132,6 +136,7 @@ impl State {
             generation: 0,
             running: false,
             leases: 0,
+            leases_taken: 0,
             controller: Controller::new(config, None),
             reservation: None,
             queue: BTreeMap::new(),
@@ -384,11 +389,16 @@ impl Scan {
         self.release(state, unit.reserved);
     }
 
-    /// Ends the run `generation` if no reader has come back since: aborts every download,
-    /// drops every buffer and frees the reservation.
-    pub(super) fn stop_if_idle(&self, generation: u64) {
+    /// Ends the run `generation` if no reader has come back since its leases fell to 0 with
+    /// `leases_taken` taken: aborts every download, drops every buffer and frees the
+    /// reservation.
+    pub(super) fn stop_if_idle(&self, generation: u64, leases_taken: u64) {
         let mut state = self.lock();
-        if state.generation != generation || state.leases > 0 || !state.running {
+        if state.generation != generation
+            || state.leases > 0
+            || state.leases_taken != leases_taken
+            || !state.running
+        {
             return;
         }
         state.running = false;
