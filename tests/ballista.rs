@@ -449,6 +449,64 @@ impl AffinityCluster {
     }
 }
 
+/// With more files than partitions, the scheduler groups files by preferred executor: every
+/// file a run reads is read on its own preferred executor, so each file is cached once in
+/// the cluster, and warm runs whose tasks all ran there send no GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_affinity_a_tasks_files_share_its_preferred_executor() {
+    use datafusion::execution::object_store::ObjectStoreUrl;
+    use datafusion_lakecache::ballista::affinity::{object_key, preferred_executor};
+
+    for b in s3_backends("ballista-groups") {
+        let files = 24;
+        b.write(&LakeSpec::small_files(files)).await;
+        let plain = vanilla(&b).await;
+        let cluster = AffinityCluster::start(&b, 2, 1 << 30).await;
+        // Four partitions for 24 files: six files a task.
+        let ctx = cluster.session(&b, 4).await;
+        ctx.register_parquet("t", b.table_url(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        let names: Vec<String> = cluster.executors.iter().map(|(n, _)| n.clone()).collect();
+        let store = ObjectStoreUrl::parse(b.store_url.as_str()).unwrap();
+        let sql = "SELECT category, count(*), round(sum(value), 3) FROM t GROUP BY category ORDER BY category";
+        let want = rows(&plain, sql).await.unwrap();
+        let mut elsewhere_before = 0;
+        for run in 1..=3 {
+            cluster.reset();
+            let before = cluster.cluster.placement().unwrap();
+            assert_eq!(rows(&ctx, sql).await.unwrap(), want, "{} run {run}", b.name);
+            let elsewhere = cluster.cluster.placement().unwrap().elsewhere - before.elsewhere;
+            let mut read = 0;
+            for (name, e) in &cluster.executors {
+                for (path, _) in e.store.gets() {
+                    let owner = preferred_executor(&names, &object_key(&store, &path));
+                    read += 1;
+                    if elsewhere == 0 {
+                        assert_eq!(
+                            owner,
+                            Some(name),
+                            "{} run {run}: {path} read on {name}",
+                            b.name
+                        );
+                    }
+                }
+            }
+            eprintln!(
+                "{} run {run}: {read} GETs, {elsewhere} tasks elsewhere, by executor {:?}",
+                b.name,
+                cluster.gets()
+            );
+            if run == 1 {
+                assert!(read >= files, "{}: the cold run read every file", b.name);
+            } else if elsewhere == 0 && elsewhere_before == 0 {
+                assert_eq!(read, 0, "{} run {run}: warm", b.name);
+            }
+            elsewhere_before = elsewhere;
+        }
+    }
+}
+
 /// Runs `sql` (whose rows are `want`) three times on `cluster`, and says how each run was
 /// placed and served. Fails if the memory hit rate of run 2 or 3 is below `min_rate`, or, when
 /// `all_cached`, if a run sent a GET although its tasks and those of the run before it all

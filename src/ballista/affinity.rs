@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::groups;
 use ballista_core::JobId;
 use ballista_core::config::BallistaConfig;
 use ballista_core::execution_plans::{RangeShuffleReaderExec, ShuffleReaderExec};
@@ -42,7 +43,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use object_store::path::Path;
 use twox_hash::XxHash64;
 
 /// How long a scan partition waits for its preferred executor by default: about one cold
@@ -108,6 +111,9 @@ pub struct AffinityPolicy {
     keys: Mutex<HashMap<StageAttempt, Arc<StageKeys>>>,
     /// When each waiting partition first found its preferred executor busy.
     waiting: Mutex<HashMap<(StageAttempt, usize), Instant>>,
+    /// When each executor last offered slots (a poll in pull mode): with the heartbeats, who
+    /// is alive between binds.
+    offered: Mutex<HashMap<String, Instant>>,
     counters: Counters,
 }
 
@@ -130,6 +136,7 @@ impl AffinityPolicy {
             liveness: DEFAULT_LIVENESS,
             keys: Mutex::default(),
             waiting: Mutex::default(),
+            offered: Mutex::default(),
             counters: Counters::default(),
         }
     }
@@ -159,26 +166,34 @@ impl AffinityPolicy {
     }
 
     /// The executors alive now, by name, sorted: those heard from within the liveness and
-    /// not reported dead or terminating, and those offering slots now.
+    /// not reported dead or terminating, those offering slots now, and those that offered
+    /// slots within the liveness.
     fn alive(&self, budgets: &[&mut AvailableVcores]) -> Vec<String> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let mut alive: HashSet<String> = self
-            .cluster
-            .executor_heartbeats()
-            .into_values()
-            .filter(|h| now.saturating_sub(h.timestamp) <= self.liveness.as_secs())
-            .filter(|h| {
-                !matches!(
-                    h.status.as_ref().and_then(|s| s.status.as_ref()),
-                    Some(
-                        executor_status::Status::Dead(_) | executor_status::Status::Terminating(_)
-                    )
-                )
-            })
-            .map(|h| h.executor_id)
-            .collect();
+        let mut alive = HashSet::new();
+        let mut gone = HashSet::new();
+        for h in self.cluster.executor_heartbeats().into_values() {
+            let stopped = matches!(
+                h.status.as_ref().and_then(|s| s.status.as_ref()),
+                Some(executor_status::Status::Dead(_) | executor_status::Status::Terminating(_))
+            );
+            if stopped {
+                gone.insert(h.executor_id);
+            } else if now.saturating_sub(h.timestamp) <= self.liveness.as_secs() {
+                alive.insert(h.executor_id);
+            }
+        }
+        {
+            let mut offered = lock(&self.offered);
+            let now = Instant::now();
+            for b in budgets {
+                offered.insert(b.executor_id.clone(), now);
+            }
+            offered.retain(|name, at| at.elapsed() <= self.liveness && !gone.contains(name));
+            alive.extend(offered.keys().cloned());
+        }
         alive.extend(budgets.iter().map(|b| b.executor_id.clone()));
         let mut alive: Vec<String> = alive.into_iter().collect();
         alive.sort();
@@ -186,11 +201,24 @@ impl AffinityPolicy {
     }
 
     /// The object each partition of `stage` reads most bytes of, worked out once per stage
-    /// attempt.
-    fn keys_of(&self, attempt: &StageAttempt, stage: &RunningStage) -> Arc<StageKeys> {
+    /// attempt, after its file groups are formed by preferred executor among `alive`.
+    fn keys_of(
+        &self,
+        attempt: &StageAttempt,
+        stage: &mut RunningStage,
+        alive: &[String],
+    ) -> Arc<StageKeys> {
         let mut keys = lock(&self.keys);
         if let Some(found) = keys.get(attempt) {
             return Arc::clone(found);
+        }
+        // No task of this attempt is bound yet: its file groups can still be formed by
+        // preferred executor (the stage keeps its partitions).
+        if stage.task_infos.is_empty() {
+            match groups::by_preferred_executor(Arc::clone(&stage.plan), alive) {
+                Ok(plan) => stage.plan = plan,
+                Err(e) => log::debug!("stage {} keeps its file groups: {e}", stage.stage_id),
+            }
         }
         // A stage that collapses many partitions into one task is bound whole, as Ballista
         // binds it; one of a single partition (a scan of one file, or of files planned into
@@ -241,7 +269,7 @@ impl DistributionPolicy for AffinityPolicy {
             while let Some(stage) = graph.fetch_running_stage(&done_with) {
                 done_with.push(stage.stage_id);
                 let attempt = (job_id.clone(), stage.stage_id, stage.stage_attempt_num);
-                let keys = self.keys_of(&attempt, stage);
+                let keys = self.keys_of(&attempt, stage, &alive);
                 let pending = stage.pending.next_slice(usize::MAX);
                 let mut by_executor: HashMap<usize, Vec<usize>> = HashMap::new();
                 let mut elsewhere = Vec::new();
@@ -412,6 +440,12 @@ fn collapses(root: &Arc<dyn ExecutionPlan>) -> bool {
     }
 }
 
+/// The name an object is placed by ([`preferred_executor`]'s `object`): its store's URL
+/// and its path.
+pub fn object_key(store: &ObjectStoreUrl, location: &Path) -> String {
+    format!("{store}/{location}")
+}
+
 /// The object partition `p` of `plan` reads most bytes of, if it reads files.
 fn main_object(plan: &Arc<dyn ExecutionPlan>, p: usize) -> Option<String> {
     let restricted = restrict_plan_to_partitions(Arc::clone(plan), &[p]).ok()?;
@@ -427,9 +461,9 @@ fn main_object(plan: &Arc<dyn ExecutionPlan>, p: usize) -> Option<String> {
                         .as_ref()
                         .map_or(file.object_meta.size, |r| (r.end - r.start) as u64);
                     *bytes
-                        .entry(format!(
-                            "{}/{}",
-                            files.object_store_url, file.object_meta.location
+                        .entry(object_key(
+                            &files.object_store_url,
+                            &file.object_meta.location,
                         ))
                         .or_default() += len;
                 }
