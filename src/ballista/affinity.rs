@@ -174,7 +174,9 @@ impl AffinityPolicy {
             .map_or(0, |d| d.as_secs());
         let mut alive = HashSet::new();
         let mut gone = HashSet::new();
+        let mut known = HashSet::new();
         for h in self.cluster.executor_heartbeats().into_values() {
+            known.insert(h.executor_id.clone());
             let stopped = matches!(
                 h.status.as_ref().and_then(|s| s.status.as_ref()),
                 Some(executor_status::Status::Dead(_) | executor_status::Status::Terminating(_))
@@ -191,7 +193,11 @@ impl AffinityPolicy {
             for b in budgets {
                 offered.insert(b.executor_id.clone(), now);
             }
-            offered.retain(|name, at| at.elapsed() <= self.liveness && !gone.contains(name));
+            // An executor the cluster removed (no heartbeat kept) or reported stopped is gone
+            // at once, whenever it last offered slots.
+            offered.retain(|name, at| {
+                at.elapsed() <= self.liveness && known.contains(name) && !gone.contains(name)
+            });
             alive.extend(offered.keys().cloned());
         }
         alive.extend(budgets.iter().map(|b| b.executor_id.clone()));

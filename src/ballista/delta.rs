@@ -152,7 +152,10 @@ impl TableProvider for ClusterDeltaTable {
         let carrier = DataSourceExec::from_data_source(
             FileScanConfigBuilder::new(
                 files.store.clone(),
-                Arc::new(ArrowSource::new_file_source(Arc::new(Schema::empty()))),
+                // A stream source is never cut into byte ranges by the planner.
+                Arc::new(ArrowSource::new_stream_file_source(Arc::new(
+                    Schema::empty(),
+                ))),
             )
             .with_file_groups(groups)
             .build(),
@@ -204,6 +207,7 @@ impl FilesOf {
 /// The whole files `plan`'s Parquet scans read, or `None` if it has no scan of files.
 fn files_read_by(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<FilesOf>> {
     let mut found: Option<FilesOf> = None;
+    let mut seen = std::collections::HashSet::new();
     let mut other_store = None;
     plan.apply(|node| {
         if let Some(scan) = node.downcast_ref::<DataSourceExec>()
@@ -218,11 +222,7 @@ fn files_read_by(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<FilesOf>> {
                 return Ok(TreeNodeRecursion::Stop);
             }
             for file in config.file_groups.iter().flat_map(|g| g.iter()) {
-                if !of
-                    .files
-                    .iter()
-                    .any(|f| f.object_meta.location == file.object_meta.location)
-                {
+                if seen.insert(file.object_meta.location.clone()) {
                     let mut whole = file.clone();
                     whole.range = None;
                     of.files.push(whole);
@@ -405,8 +405,15 @@ impl ClusterDeltaScanExec {
             if file.range.as_ref().is_some_and(|r| r.start > 0) {
                 continue;
             }
+            // The location is decoded (`Path::from_url_path`): its segments are encoded
+            // again, as delta-rs's file URLs are (a `%` in a partition value becomes `%25`).
             let mut url = AsRef::<url::Url>::as_ref(&config.object_store_url).clone();
-            url.set_path(&format!("/{}", file.object_meta.location));
+            url.path_segments_mut()
+                .map_err(|()| {
+                    internal_datafusion_err!("{} is not a base URL", config.object_store_url)
+                })?
+                .clear()
+                .extend(file.object_meta.location.as_ref().split('/'));
             urls.push(url.to_string());
         }
         Ok(urls)
@@ -436,8 +443,8 @@ impl ExecutionPlan for ClusterDeltaScanExec {
         vec![&self.files]
     }
 
-    // Cutting the files into more groups would not make more tasks read them: each group's
-    // files are planned whole.
+    // Each group's files are planned whole (the child is a stream source, which the
+    // planner does not cut into byte ranges either).
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
         vec![false]
     }
@@ -502,9 +509,11 @@ impl ExecutionPlan for ClusterDeltaScanExec {
                 return Ok(Box::pin(RecordBatchStreamAdapter::new(spec.schema, empty))
                     as SendableRecordBatchStream);
             }
+            // One partition, as the task has one slot: its files are read one after the
+            // other, the prefetcher keeping downloads in flight.
             let state = SessionStateBuilder::new()
                 .with_default_features()
-                .with_config(ctx.session_config().clone())
+                .with_config(ctx.session_config().clone().with_target_partitions(1))
                 .with_runtime_env(ctx.runtime_env())
                 .build();
             let mut table = decode_table(&spec.table)?;

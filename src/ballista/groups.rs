@@ -12,7 +12,7 @@
 //! stages with optimizer rules of its own.
 //!
 //! A scan is left as it is when its groups already agree, when it declares an output
-//! ordering or partitioning (its groups carry meaning), when files are cut into byte ranges
+//! ordering or partitioning or keeps its files' order (its groups carry meaning), when files are cut into byte ranges
 //! (`datafusion.optimizer.repartition_file_scans`), or when fewer than two executors are
 //! alive.
 
@@ -30,7 +30,7 @@ use super::affinity::{object_key, preferred_executor};
 
 /// `plan` with each file scan's files regrouped by preferred executor among `executors`
 /// (sorted names); see the module docs.
-pub fn by_preferred_executor(
+pub(crate) fn by_preferred_executor(
     plan: Arc<dyn ExecutionPlan>,
     executors: &[String],
 ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -60,7 +60,11 @@ pub fn by_preferred_executor(
 /// executor among `executors`; `None` to leave the scan as it is.
 fn regroup(config: &FileScanConfig, executors: &[String]) -> Option<Vec<FileGroup>> {
     let n = config.file_groups.len();
-    if n < 2 || !config.output_ordering.is_empty() || config.output_partitioning.is_some() {
+    if n < 2
+        || !config.output_ordering.is_empty()
+        || config.output_partitioning.is_some()
+        || config.preserve_order
+    {
         return None;
     }
     let owner = |file: &PartitionedFile| {

@@ -39,7 +39,7 @@ pub mod affinity;
 pub mod codec;
 #[cfg(feature = "delta")]
 pub mod delta;
-pub mod groups;
+mod groups;
 
 use std::sync::Arc;
 
