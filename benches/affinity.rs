@@ -7,7 +7,9 @@
 //! query reads of the lake (measured first, in one process) divided by 0.75 x the number of
 //! executors: the lake is 1.5x one executor's tier on 2 executors and 3x on 4, so only a
 //! cluster whose caches add up serves it warm (with a quarter of room for the uneven shares
-//! hashing gives). The client's scans have one whole file per partition. Each side runs the
+//! hashing gives). The client's scans have one whole file per partition, except on the last
+//! side: two partitions per task slot, whose files the affinity policy groups by preferred
+//! executor (fewer, larger tasks). Each side runs the
 //! query `--runs` (default 5) times in one client session; run 1 is cold, the others warm:
 //! their median time, GETs per run, and the executors' memory hit rate over the warm runs.
 //!
@@ -39,6 +41,8 @@ const BANDWIDTH: u64 = 125_000_000;
 /// One side's cluster, the stores its executors reach the lake through, and their caches.
 struct Side {
     name: &'static str,
+    /// The client's scan partitions (`None`: one per file).
+    partitions: Option<usize>,
     cluster: NamedCluster,
     stores: Vec<Arc<Remote>>,
     lakes: Vec<LakeCache>,
@@ -105,13 +109,15 @@ async fn start(
     }
     Ok(Side {
         name,
+        partitions: None,
         cluster,
         stores,
         lakes,
     })
 }
 
-/// A client session on `side`'s cluster with one whole file per scan partition.
+/// A client session on `side`'s cluster whose scans read whole files, one per partition
+/// unless the side says how many partitions.
 async fn client(
     side: &Side,
     lake: &Arc<dyn ObjectStore>,
@@ -122,7 +128,9 @@ async fn client(
         LakeCache::builder().build()?,
         Arc::new(DefaultObjectStoreRegistry::new()),
     )?;
-    let mut config = setup.config().with_target_partitions(files);
+    let mut config = setup
+        .config()
+        .with_target_partitions(side.partitions.unwrap_or(files));
     config.options_mut().optimizer.repartition_file_scans = false;
     let state = SessionStateBuilder::new()
         .with_default_features()
@@ -198,6 +206,20 @@ async fn main() -> Result<()> {
                 &url,
             )
             .await?,
+            // Two partitions per task slot: each task's files grouped by preferred executor.
+            Side {
+                partitions: Some(executors * 2 * 2),
+                ..start(
+                    "caches, affinity, 2 per slot",
+                    true,
+                    affinity,
+                    executors,
+                    memory,
+                    &lake,
+                    &url,
+                )
+                .await?
+            },
         ];
         println!(
             "{executors} executors, each with a memory tier of {:.1} MB (the lake {:.1}x one tier):",
