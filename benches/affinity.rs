@@ -7,9 +7,9 @@
 //! query reads of the lake (measured first, in one process) divided by 0.75 x the number of
 //! executors: the lake is 1.5x one executor's tier on 2 executors and 3x on 4, so only a
 //! cluster whose caches add up serves it warm (with a quarter of room for the uneven shares
-//! hashing gives). The client's scans have one whole file per partition, except on the last
-//! side: two partitions per task slot, whose files the affinity policy groups by preferred
-//! executor (fewer, larger tasks). Each side runs the
+//! hashing gives). The client's scans read whole files, first one file per partition, then
+//! two partitions per task slot (fewer, larger tasks; with affinity, each task's files are
+//! grouped by preferred executor), every side at both. Each side runs the
 //! query `--runs` (default 5) times in one client session; run 1 is cold, the others warm:
 //! their median time, GETs per run, and the executors' memory hit rate over the warm runs.
 //!
@@ -41,8 +41,6 @@ const BANDWIDTH: u64 = 125_000_000;
 /// One side's cluster, the stores its executors reach the lake through, and their caches.
 struct Side {
     name: &'static str,
-    /// The client's scan partitions (`None`: one per file).
-    partitions: Option<usize>,
     cluster: NamedCluster,
     stores: Vec<Arc<Remote>>,
     lakes: Vec<LakeCache>,
@@ -109,28 +107,25 @@ async fn start(
     }
     Ok(Side {
         name,
-        partitions: None,
         cluster,
         stores,
         lakes,
     })
 }
 
-/// A client session on `side`'s cluster whose scans read whole files, one per partition
-/// unless the side says how many partitions.
+/// A client session on `side`'s cluster whose scans read whole files in `partitions`
+/// partitions.
 async fn client(
     side: &Side,
     lake: &Arc<dyn ObjectStore>,
     url: &Url,
-    files: usize,
+    partitions: usize,
 ) -> Result<SessionContext> {
     let setup = LakeBallista::new(
         LakeCache::builder().build()?,
         Arc::new(DefaultObjectStoreRegistry::new()),
     )?;
-    let mut config = setup
-        .config()
-        .with_target_partitions(side.partitions.unwrap_or(files));
+    let mut config = setup.config().with_target_partitions(partitions);
     config.options_mut().optimizer.repartition_file_scans = false;
     let state = SessionStateBuilder::new()
         .with_default_features()
@@ -164,7 +159,7 @@ async fn main() -> Result<()> {
     let read = probe.stats().range.memory_bytes;
     println!(
         "{files} files of {} rows; the query reads {:.1} MB; {LATENCY:?} per request, 1 Gbit/s \
-         per process; {runs} runs per side, run 1 cold; one file per scan partition; {SQL}",
+         per process; {runs} runs per side, run 1 cold; whole files per partition; {SQL}",
         spec.rows_per_file,
         read as f64 / 1e6,
     );
@@ -206,69 +201,65 @@ async fn main() -> Result<()> {
                 &url,
             )
             .await?,
-            // Two partitions per task slot: each task's files grouped by preferred executor.
-            Side {
-                partitions: Some(executors * 2 * 2),
-                ..start(
-                    "caches, affinity, 2 per slot",
-                    true,
-                    affinity,
-                    executors,
-                    memory,
-                    &lake,
-                    &url,
-                )
-                .await?
-            },
         ];
         println!(
             "{executors} executors, each with a memory tier of {:.1} MB (the lake {:.1}x one tier):",
             memory as f64 / 1e6,
             read as f64 / memory as f64
         );
-        for side in &sides {
-            let ctx = client(side, &lake, &url, files).await?;
-            let (mut cold, mut warm, mut gets) = (0.0, Vec::new(), Vec::new());
-            let mut lookups = (0, 0);
-            for r in 0..runs {
-                side.reset();
-                let before = side.memory_lookups();
-                let (rows, took) = run(&ctx, SQL).await?;
-                assert!(rows > 0);
-                let after = side.memory_lookups();
-                if r == 0 {
-                    cold = ms(took);
-                } else {
-                    warm.push(ms(took));
-                    lookups.0 += after.0 - before.0;
-                    lookups.1 += after.1 - before.1;
+        // One whole file per partition, then two partitions per task slot (the affinity
+        // policy groups each task's files by preferred executor), each side on the same
+        // clusters, whose caches are cleared in between.
+        for partitions in [files, executors * 2 * 2] {
+            println!("  {partitions} partitions:");
+            for side in &sides {
+                side.lakes.iter().for_each(|l| l.clear());
+                let ctx = client(side, &lake, &url, partitions).await?;
+                let placed_before = side.cluster.placement();
+                let (mut cold, mut warm, mut gets) = (0.0, Vec::new(), Vec::new());
+                let mut lookups = (0, 0);
+                for r in 0..runs {
+                    side.reset();
+                    let before = side.memory_lookups();
+                    let (rows, took) = run(&ctx, SQL).await?;
+                    assert!(rows > 0);
+                    let after = side.memory_lookups();
+                    if r == 0 {
+                        cold = ms(took);
+                    } else {
+                        warm.push(ms(took));
+                        lookups.0 += after.0 - before.0;
+                        lookups.1 += after.1 - before.1;
+                    }
+                    gets.push(side.gets());
                 }
-                gets.push(side.gets());
-            }
-            warm.sort_by(f64::total_cmp);
-            let median = warm[warm.len() / 2];
-            let rate = match side.lakes.is_empty() {
-                true => "-".to_string(),
-                false => format!(
-                    "{:.1}%",
-                    100.0 * lookups.0 as f64 / (lookups.0 + lookups.1).max(1) as f64
-                ),
-            };
-            let placement = side
-                .cluster
-                .placement()
-                .map(|p| {
-                    format!(
-                        "; tasks on their preferred executor {}, elsewhere {}",
-                        p.preferred, p.elsewhere
-                    )
-                })
-                .unwrap_or_default();
-            println!(
-                "  {:<30} cold {cold:>8.1} ms | warm median {median:>7.1} ms | GETs per run \
+                warm.sort_by(f64::total_cmp);
+                let median = warm[warm.len() / 2];
+                let rate = match side.lakes.is_empty() {
+                    true => "-".to_string(),
+                    false => format!(
+                        "{:.1}%",
+                        100.0 * lookups.0 as f64 / (lookups.0 + lookups.1).max(1) as f64
+                    ),
+                };
+                let placement = side
+                    .cluster
+                    .placement()
+                    .zip(placed_before)
+                    .map(|(p, b)| {
+                        format!(
+                            "; tasks on their preferred executor {}, elsewhere {}",
+                            p.preferred - b.preferred,
+                            p.elsewhere - b.elsewhere
+                        )
+                    })
+                    .unwrap_or_default();
+                println!(
+                    "  {:<30} cold {cold:>8.1} ms | warm median {median:>7.1} ms | GETs per run \
                  {gets:?} | memory hit rate (warm) {rate}{placement}",
-                side.name
-            );
+                    side.name
+                );
+            }
         }
     }
     Ok(())
