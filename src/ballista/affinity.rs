@@ -189,18 +189,17 @@ impl AffinityPolicy {
         }
         {
             let mut offered = lock(&self.offered);
+            // An executor the cluster removed (no heartbeat kept) or reported stopped is gone
+            // at once, whenever it last offered slots; one offering slots now is alive.
+            offered.retain(|name, at| {
+                at.elapsed() <= self.liveness && known.contains(name) && !gone.contains(name)
+            });
             let now = Instant::now();
             for b in budgets {
                 offered.insert(b.executor_id.clone(), now);
             }
-            // An executor the cluster removed (no heartbeat kept) or reported stopped is gone
-            // at once, whenever it last offered slots.
-            offered.retain(|name, at| {
-                at.elapsed() <= self.liveness && known.contains(name) && !gone.contains(name)
-            });
             alive.extend(offered.keys().cloned());
         }
-        alive.extend(budgets.iter().map(|b| b.executor_id.clone()));
         let mut alive: Vec<String> = alive.into_iter().collect();
         alive.sort();
         alive

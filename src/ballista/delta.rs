@@ -52,7 +52,7 @@ use datafusion::physical_plan::{
 use datafusion_proto::bytes::Serializeable;
 use deltalake_core::delta_datafusion::DeltaScanNext;
 use futures::{StreamExt, TryStreamExt};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use crate::table::ScanCaches;
 
@@ -185,22 +185,7 @@ impl FilesOf {
         if self.files.is_empty() {
             return vec![FileGroup::new(Vec::new())];
         }
-        let n = n.clamp(1, self.files.len());
-        let mut groups: Vec<(u64, Vec<PartitionedFile>)> = vec![(0, Vec::new()); n];
-        let mut files = self.files.clone();
-        files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
-        for file in files {
-            let lightest = groups
-                .iter_mut()
-                .min_by_key(|(bytes, _)| *bytes)
-                .expect("n >= 1");
-            lightest.0 += file.object_meta.size;
-            lightest.1.push(file);
-        }
-        groups
-            .into_iter()
-            .map(|(_, files)| FileGroup::new(files))
-            .collect()
+        super::groups::balanced(self.files.clone(), n.clamp(1, self.files.len()))
     }
 }
 
@@ -254,66 +239,52 @@ struct ScanSpec {
     whole: bool,
 }
 
+/// [`ScanSpec`] on the wire: the filters as datafusion-proto bytes, the schema as an Arrow
+/// IPC stream with no batch.
+#[derive(Serialize, Deserialize)]
+struct WireSpec {
+    table: String,
+    projection: Option<Vec<usize>>,
+    filters: Vec<Vec<u8>>,
+    limit: Option<usize>,
+    schema: Vec<u8>,
+    whole: bool,
+}
+
 impl ScanSpec {
     fn encode(&self) -> Result<Vec<u8>> {
-        let filters = self
-            .filters
-            .iter()
-            .map(|f| Ok(Value::from(f.to_bytes()?.to_vec())))
-            .collect::<Result<Vec<_>>>()?;
         let mut schema = Vec::new();
-        {
-            let mut writer = StreamWriter::try_new(&mut schema, &self.schema)?;
-            writer.finish()?;
-        }
-        let spec = json!({
-            "table": &*self.table,
-            "projection": self.projection,
-            "filters": filters,
-            "limit": self.limit,
-            "schema": schema,
-            "whole": self.whole,
-        });
-        serde_json::to_vec(&spec).map_err(|e| DataFusionError::Internal(e.to_string()))
+        StreamWriter::try_new(&mut schema, &self.schema)?.finish()?;
+        let wire = WireSpec {
+            table: self.table.to_string(),
+            projection: self.projection.clone(),
+            filters: self
+                .filters
+                .iter()
+                .map(|f| Ok(f.to_bytes()?.to_vec()))
+                .collect::<Result<_>>()?,
+            limit: self.limit,
+            schema,
+            whole: self.whole,
+        };
+        serde_json::to_vec(&wire)
+            .map_err(|e| internal_datafusion_err!("encoding a Delta scan: {e}"))
     }
 
     fn decode(buf: &[u8], ctx: &TaskContext) -> Result<Self> {
-        let bad = |what: &str| internal_datafusion_err!("a Delta scan's encoding: bad {what}");
-        let spec: Value = serde_json::from_slice(buf).map_err(|_| bad("JSON"))?;
-        let bytes = |v: &Value| -> Option<Vec<u8>> {
-            v.as_array()?
-                .iter()
-                .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
-                .collect()
-        };
-        let table = spec["table"].as_str().ok_or_else(|| bad("table"))?;
-        let projection = match &spec["projection"] {
-            Value::Null => None,
-            v => Some(
-                v.as_array()
-                    .ok_or_else(|| bad("projection"))?
-                    .iter()
-                    .map(|i| i.as_u64().map(|i| i as usize))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| bad("projection"))?,
-            ),
-        };
-        let filters = spec["filters"]
-            .as_array()
-            .ok_or_else(|| bad("filters"))?
-            .iter()
-            .map(|f| Expr::from_bytes_with_ctx(&bytes(f).ok_or_else(|| bad("filter"))?, ctx))
-            .collect::<Result<Vec<_>>>()?;
-        let limit = spec["limit"].as_u64().map(|l| l as usize);
-        let schema = bytes(&spec["schema"]).ok_or_else(|| bad("schema"))?;
-        let schema = StreamReader::try_new(Cursor::new(schema), None)?.schema();
+        let wire: WireSpec = serde_json::from_slice(buf)
+            .map_err(|e| internal_datafusion_err!("decoding a Delta scan: {e}"))?;
         Ok(Self {
-            table: Arc::from(table),
-            projection,
-            filters,
-            limit,
-            schema,
-            whole: spec["whole"].as_bool().ok_or_else(|| bad("whole"))?,
+            table: Arc::from(wire.table),
+            projection: wire.projection,
+            filters: wire
+                .filters
+                .iter()
+                .map(|f| Expr::from_bytes_with_ctx(f, ctx))
+                .collect::<Result<_>>()?,
+            limit: wire.limit,
+            schema: StreamReader::try_new(Cursor::new(wire.schema), None)?.schema(),
+            whole: wire.whole,
         })
     }
 }
@@ -545,5 +516,36 @@ impl ExecutionPlan for ClusterDeltaScanExec {
         };
         let stream = futures::stream::once(planned).try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field};
+    use datafusion::logical_expr::{col, lit};
+
+    #[test]
+    fn a_scan_spec_crosses_the_wire_whole() {
+        let spec = ScanSpec {
+            table: Arc::from("{\"any\": \"json\"}"),
+            projection: Some(vec![2, 0]),
+            filters: vec![col("id").gt(lit(5_i64)), col("name").is_null()],
+            limit: Some(10),
+            schema: Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("name", DataType::Utf8, true),
+            ])),
+            whole: true,
+        };
+        let ctx = TaskContext::default();
+        let back = ScanSpec::decode(&spec.encode().unwrap(), &ctx).unwrap();
+        assert_eq!(back.table, spec.table);
+        assert_eq!(back.projection, spec.projection);
+        assert_eq!(back.filters, spec.filters);
+        assert_eq!(back.limit, spec.limit);
+        assert_eq!(back.schema, spec.schema);
+        assert!(back.whole);
+        assert!(ScanSpec::decode(b"{\"table\": 1}", &ctx).is_err());
     }
 }

@@ -132,7 +132,7 @@ fn shares(by_owner: &BTreeMap<String, Vec<PartitionedFile>>, n: usize) -> Option
 }
 
 /// `files` in `k` groups of about equal bytes (largest first, each to the lightest group).
-fn balanced(mut files: Vec<PartitionedFile>, k: usize) -> Vec<FileGroup> {
+pub(super) fn balanced(mut files: Vec<PartitionedFile>, k: usize) -> Vec<FileGroup> {
     files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
     let mut groups: Vec<(u64, Vec<PartitionedFile>)> = vec![(0, Vec::new()); k];
     for file in files {
