@@ -159,7 +159,10 @@ impl StoreReads {
         let warm = key.is_some() && self.caches().after_listing.is_some();
         let under_way = key.as_ref().map(|k| self.start_listing(k));
         let state = Recording {
-            listing,
+            // Fused: a consumer may go away while the end is under way (footers loading),
+            // and the rest is then finished in the background, which asks for the next item
+            // again. A cloud store's listing panics when polled past its end.
+            listing: listing.fuse().boxed(),
             reads: self.clone(),
             seen: key.as_ref().map(|_| Vec::new()),
             parquet: warm.then(Vec::new),

@@ -14,6 +14,19 @@ use object_store::{
     ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
+/// A listing that, like a cloud store's, may not be read past its end: object_store's
+/// paginated listings are `unfold` streams, which panic when polled after they ended. The
+/// in-memory and local stores forgive it, so a counted store does not.
+fn ends_strictly(
+    listing: BoxStream<'static, Result<ObjectMeta>>,
+) -> BoxStream<'static, Result<ObjectMeta>> {
+    futures::stream::unfold(listing, |mut listing| async move {
+        let item = listing.next().await?;
+        Some((item, listing))
+    })
+    .boxed()
+}
+
 /// Requests seen by a [`CountingStore`] since it was built or last reset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestCounts {
@@ -214,7 +227,7 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         self.counters.list.fetch_add(1, Relaxed);
-        self.inner.list(prefix)
+        ends_strictly(self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -223,7 +236,7 @@ impl<S: ObjectStore> ObjectStore for CountingStore<S> {
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
         self.counters.list.fetch_add(1, Relaxed);
-        self.inner.list_with_offset(prefix, offset)
+        ends_strictly(self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {

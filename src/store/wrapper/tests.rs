@@ -478,3 +478,55 @@ fn a_listing_left_unread_when_the_runtime_shuts_down_is_dropped_once() {
     });
     drop(runtime);
 }
+
+/// Holds the end of the first listing it is told of forever (footers that are still loading
+/// when the listing's consumer goes away); lets every later one end at once.
+#[derive(Debug, Default)]
+struct HoldsTheFirstEnd {
+    entered: tokio::sync::Notify,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::store::AfterListing for HoldsTheFirstEnd {
+    fn listed(
+        &self,
+        _: crate::store::StoreReads,
+        _: Vec<ObjectMeta>,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        self.entered.notify_one();
+        let first = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        Box::pin(async move {
+            if first {
+                futures::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_listing_dropped_while_its_end_is_under_way_is_recorded_not_read_past_its_end() {
+    // The store's listing had ended and its footers were loading when the consumer went
+    // away. The rest is finished in the background, which must not read the listing again
+    // (a cloud store's listing panics when polled past its end) and records it whole.
+    let counted = Arc::new(CountingStore::new(InMemory::new()));
+    for name in ["d/a.parquet", "d/b.parquet"] {
+        put(counted.as_ref(), name, b"PAR1").await;
+    }
+    let hook = Arc::new(HoldsTheFirstEnd::default());
+    let caches = caches().after_listing(Arc::clone(&hook) as _);
+    let url = Url::parse("memory://").unwrap();
+    let store = CachingObjectStore::new(Arc::clone(&counted), &url, &caches);
+    counted.reset();
+    let mut listing = store.list(Some(&Path::from("d")));
+    for _ in 0..2 {
+        listing.next().await.unwrap().unwrap();
+    }
+    tokio::select! {
+        _ = listing.next() => panic!("the listing ended while its footers were loading"),
+        _ = hook.entered.notified() => {}
+    }
+    drop(listing);
+    // The next listing waits for the one finished in the background, then takes its record.
+    assert_eq!(list(&store, "d").await, ["d/a.parquet", "d/b.parquet"]);
+    assert_eq!(counted.counts().list, 1, "the listing was recorded");
+}
