@@ -73,6 +73,9 @@ async fn scheduler(port: u16) -> Result<()> {
     // Scan tasks go to the executor whose caches hold their files (by the executors' names,
     // which each executor sets with its own stable `executor_id`).
     let affinity = Arc::new(AffinityPolicy::new(cluster.cluster_state()));
+    // A client's `lakecache_cluster_metrics()` shows its figures, and asks the executors it
+    // counts alive for theirs.
+    setup.report_placement(&affinity);
     let config = config.with_task_distribution(TaskDistributionPolicy::Custom(affinity));
     let addr = SocketAddr::from(([0, 0, 0, 0], port));
     start_server(cluster, addr, Arc::new(config))

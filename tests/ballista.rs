@@ -7,6 +7,7 @@ mod common;
 #[path = "common/delta.rs"]
 mod delta_tables;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::ballista::LakeBallista;
+use datafusion_lakecache::ballista::figures::FUNCTION;
 use datafusion_lakecache::testkit::corpus::CORPUS;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 use datafusion_lakecache::testkit::{
@@ -629,6 +631,88 @@ async fn with_affinity_the_executors_tiers_add_up_to_serve_a_lake_larger_than_ea
                 report.join("; ")
             );
         }
+    }
+}
+
+/// Every row of `lakecache_cluster_metrics()`, by (process, cache, metric).
+async fn cluster_metrics(ctx: &SessionContext) -> BTreeMap<(String, String, String), u64> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::UInt64Type;
+    let batches = ctx
+        .sql("SELECT process, cache, metric, value FROM lakecache_cluster_metrics()")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let mut figures = BTreeMap::new();
+    for batch in batches {
+        let text = |i: usize| batch.column(i).as_string::<i32>().clone();
+        let (process, cache, metric) = (text(0), text(1), text(2));
+        let value = batch.column(3).as_primitive::<UInt64Type>();
+        for row in 0..batch.num_rows() {
+            let key = (
+                process.value(row).to_string(),
+                cache.value(row).to_string(),
+                metric.value(row).to_string(),
+            );
+            assert!(!value.is_null(row));
+            let earlier = figures.insert(key.clone(), value.value(row));
+            assert_eq!(earlier, None, "{key:?} twice");
+        }
+    }
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_reads_every_processes_lifetime_figures_and_the_placement_in_one_query() {
+    for b in s3_backends("ballista-cluster-metrics") {
+        const FILES: usize = 8;
+        b.write(&LakeSpec::small_files(FILES)).await;
+        let cluster = AffinityCluster::start(&b, 2, 1 << 30).await;
+        let ctx = cluster.client(&b, FILES).await;
+        ctx.register_udtf(FUNCTION, cluster.scheduler.setup.cluster_metrics());
+        for _ in 0..2 {
+            rows(&ctx, AFFINITY_SQL).await.unwrap();
+        }
+        let placement = cluster.cluster.placement().unwrap();
+        let figures = cluster_metrics(&ctx).await;
+        let processes: BTreeSet<&str> = figures.keys().map(|k| k.0.as_str()).collect();
+        assert_eq!(
+            processes,
+            BTreeSet::from(["executor-0", "executor-1", "scheduler"])
+        );
+        // Each process's counters, as its own `lake().stats()` gives them (entry counts
+        // settle in the background, so they are left out).
+        let counters = |process: &str, lake: &LakeCache| {
+            for (cache, metric, value) in lake.stats().rows() {
+                if ["hits", "misses", "bytes_served", "gets"].contains(&metric) {
+                    let key = (process.to_string(), cache.to_string(), metric.to_string());
+                    assert_eq!(figures.get(&key), Some(&value), "{key:?}");
+                }
+            }
+        };
+        counters("scheduler", cluster.scheduler.setup.lake());
+        for (name, executor) in &cluster.executors {
+            counters(name, executor.setup.lake());
+            let hits = &(name.clone(), "range.memory".into(), "hits".into());
+            assert!(figures[hits] > 0, "{name} served the warm run from memory");
+        }
+        let placed =
+            |metric: &str| figures[&("scheduler".into(), "placement".into(), metric.into())];
+        assert_eq!(placed("preferred"), placement.preferred);
+        assert_eq!(placed("waited"), placement.waited);
+        assert_eq!(placed("elsewhere"), placement.elsewhere);
+        assert_eq!(placed("not_scans"), placement.not_scans);
+        assert!(placement.preferred > 0);
+        // The figures' own tasks count in no placement figure.
+        assert_eq!(cluster.cluster.placement().unwrap(), placement);
+        // An executor that left is not asked.
+        cluster.cluster.stop_executor("executor-1");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let figures = cluster_metrics(&ctx).await;
+        let processes: BTreeSet<&str> = figures.keys().map(|k| k.0.as_str()).collect();
+        assert_eq!(processes, BTreeSet::from(["executor-0", "scheduler"]));
     }
 }
 

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::figures::ClusterMetricsExec;
 use super::groups;
 use ballista_core::JobId;
 use ballista_core::config::BallistaConfig;
@@ -96,8 +97,18 @@ struct Counters {
     not_scans: AtomicU64,
 }
 
-/// A stage's partitions and the object each reads most bytes of (`None`: no file).
-type StageKeys = Vec<Option<String>>;
+/// Where a partition would run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Preference {
+    /// On the preferred executor of the object it reads most bytes of.
+    Object(String),
+    /// On this executor and no other, waiting for it as long as it is alive: a partition
+    /// of `lakecache_cluster_metrics()` ([`super::figures`]).
+    Executor(String),
+}
+
+/// A stage's partitions and where each would run (`None`: it reads no file).
+type StageKeys = Vec<Option<Preference>>;
 
 /// A stage of a job, in one attempt.
 type StageAttempt = (JobId, usize, usize);
@@ -217,9 +228,10 @@ impl AffinityPolicy {
         if let Some(found) = keys.get(attempt) {
             return Arc::clone(found);
         }
+        let figures = figures_scan(&stage.plan, stage.partitions);
         // No task of this attempt is bound yet: its file groups can still be formed by
         // preferred executor (the stage keeps its partitions).
-        if stage.task_infos.is_empty() {
+        if stage.task_infos.is_empty() && figures.is_none() {
             match groups::by_preferred_executor(Arc::clone(&stage.plan), alive) {
                 Ok(plan) => stage.plan = plan,
                 Err(e) => log::debug!("stage {} keeps its file groups: {e}", stage.stage_id),
@@ -228,16 +240,23 @@ impl AffinityPolicy {
         // A stage that collapses many partitions into one task is bound whole, as Ballista
         // binds it; one of a single partition (a scan of one file, or of files planned into
         // one group) is placed by its files like any other.
-        let found: StageKeys = if stage.partitions > 1 && collapses(&stage.plan) {
+        let found: StageKeys = if let Some(asked) = figures {
+            asked
+        } else if stage.partitions > 1 && collapses(&stage.plan) {
             vec![None; stage.partitions]
         } else {
             (0..stage.partitions)
-                .map(|p| main_object(&stage.plan, p))
+                .map(|p| main_object(&stage.plan, p).map(Preference::Object))
                 .collect()
         };
         let found = Arc::new(found);
         keys.insert(attempt.clone(), Arc::clone(&found));
         found
+    }
+
+    /// The executors alive now, by name, sorted (see `alive`).
+    pub(crate) fn executors_alive(&self) -> Vec<String> {
+        self.alive(&[])
     }
 
     /// Forgets what it kept of jobs no longer running.
@@ -275,17 +294,32 @@ impl DistributionPolicy for AffinityPolicy {
                 done_with.push(stage.stage_id);
                 let attempt = (job_id.clone(), stage.stage_id, stage.stage_attempt_num);
                 let keys = self.keys_of(&attempt, stage, &alive);
+                // The figures' own tasks count in no placement figure.
+                let counted = !keys
+                    .iter()
+                    .any(|k| matches!(k, Some(Preference::Executor(_))));
                 let pending = stage.pending.next_slice(usize::MAX);
                 let mut by_executor: HashMap<usize, Vec<usize>> = HashMap::new();
                 let mut elsewhere = Vec::new();
                 let mut unplaced = Vec::new();
                 let mut deferred = Vec::new();
                 for p in pending {
-                    let Some(object) = keys.get(p).and_then(Option::as_deref) else {
+                    let Some(preference) = keys.get(p).and_then(Option::as_ref) else {
                         unplaced.push(p);
                         continue;
                     };
-                    let owner = preferred_executor(&alive, object);
+                    let owner = match preference {
+                        Preference::Object(object) => preferred_executor(&alive, object),
+                        Preference::Executor(name) => {
+                            let owner = alive.iter().find(|a| *a == name);
+                            if owner.is_none() {
+                                // Gone: it runs anywhere, and answers nothing there.
+                                elsewhere.push(p);
+                                continue;
+                            }
+                            owner
+                        }
+                    };
                     let slot = owner.and_then(|o| budgets.iter().position(|b| &b.executor_id == o));
                     let free = slot.is_some_and(|i| {
                         let taken = by_executor.get(&i).map_or(0, Vec::len);
@@ -299,6 +333,7 @@ impl DistributionPolicy for AffinityPolicy {
                             }
                             by_executor.entry(i).or_default().push(p);
                         }
+                        _ if matches!(preference, Preference::Executor(_)) => deferred.push(p),
                         _ => {
                             let since = *lock(&self.waiting)
                                 .entry(key.clone())
@@ -323,7 +358,9 @@ impl DistributionPolicy for AffinityPolicy {
                             slice.to_vec(),
                             false,
                         );
-                        self.counters.preferred.fetch_add(1, Relaxed);
+                        if counted {
+                            self.counters.preferred.fetch_add(1, Relaxed);
+                        }
                         bound.push(task);
                     }
                 }
@@ -351,7 +388,9 @@ impl DistributionPolicy for AffinityPolicy {
                             true => &self.counters.elsewhere,
                             false => &self.counters.not_scans,
                         };
-                        counter.fetch_add(1, Relaxed);
+                        if counted {
+                            counter.fetch_add(1, Relaxed);
+                        }
                         bound.push(task);
                     }
                     deferred.extend(rest);
@@ -366,6 +405,28 @@ impl DistributionPolicy for AffinityPolicy {
     fn name(&self) -> &str {
         "lakecache-affinity"
     }
+}
+
+/// The executor each partition must run on, if the stage scans `lakecache_cluster_metrics()`
+/// partition for partition.
+fn figures_scan(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Option<StageKeys> {
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<ClusterMetricsExec>()
+            && node.output_partitioning().partition_count() == partitions
+        {
+            let asked = (0..partitions)
+                .map(|p| {
+                    scan.executor_of(p)
+                        .map(|e| Preference::Executor(e.to_string()))
+                })
+                .collect();
+            found = Some(asked);
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }
 
 /// The most input partitions one task may bundle.

@@ -8,6 +8,8 @@
 //!   as an installed session's planner does.
 //! - [`LakeLogicalCodec`]: a [`LakeTable`] on the client crosses to the scheduler as the
 //!   `ListingTable` it wraps, and becomes a `LakeTable` over the scheduler's caches again.
+//! - `lakecache_cluster_metrics()` crosses as a tag, and its scan as the executors it asks
+//!   and the scheduler's rows ([`super::figures`]).
 
 use std::sync::Arc;
 
@@ -31,6 +33,8 @@ use datafusion_proto::logical_plan::{AsLogicalPlan, LogicalExtensionCodec};
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf::LogicalPlanNode;
 
+use super::LakeBallista;
+use super::figures::{ClusterMetricsExec, ClusterMetricsTable, FUNCTION, ProcessFigures};
 use crate::table::{LakeTable, ScanCaches};
 
 /// Ballista's physical codec, giving every Parquet scan it decodes the caches; see the module
@@ -39,6 +43,7 @@ use crate::table::{LakeTable, ScanCaches};
 pub struct LakePhysicalCodec {
     inner: Arc<dyn PhysicalExtensionCodec>,
     scans: ScanCaches,
+    figures: Option<Arc<ProcessFigures>>,
 }
 
 impl LakePhysicalCodec {
@@ -53,7 +58,15 @@ impl LakePhysicalCodec {
         Self {
             inner,
             scans: lake.as_ref().clone(),
+            figures: None,
         }
+    }
+
+    /// This codec, with `lakecache_cluster_metrics()`'s scan answering with the figures of
+    /// `setup`'s process ([`LakeBallista::physical_codec`] does it).
+    pub fn with_figures_of(mut self, setup: &LakeBallista) -> Self {
+        self.figures = Some(Arc::clone(&setup.figures));
+        self
     }
 }
 
@@ -71,6 +84,10 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
             #[cfg(feature = "delta")]
             Some((&DELTA, rest)) => {
                 return super::delta::ClusterDeltaScanExec::decode(rest, inputs, ctx, &self.scans);
+            }
+            Some((&FIGURES, rest)) => {
+                let figures = self.figures.clone();
+                return Ok(Arc::new(ClusterMetricsExec::decode(rest, inputs, figures)?));
             }
             _ => return plan_err!("a plan node not encoded by LakePhysicalCodec"),
         };
@@ -90,6 +107,11 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
         #[cfg(feature = "delta")]
         if let Some(scan) = node.downcast_ref::<super::delta::ClusterDeltaScanExec>() {
             buf.push(DELTA);
+            buf.extend_from_slice(&scan.encode()?);
+            return Ok(());
+        }
+        if let Some(scan) = node.downcast_ref::<ClusterMetricsExec>() {
+            buf.push(FIGURES);
             buf.extend_from_slice(&scan.encode()?);
             return Ok(());
         }
@@ -163,12 +185,15 @@ const LAKE_TABLE: u8 = 1;
 /// A Delta table or scan (feature `delta`; see [`super::delta`]).
 #[cfg_attr(not(feature = "delta"), allow(dead_code))]
 const DELTA: u8 = 2;
+/// `lakecache_cluster_metrics()`: its table (the tag alone), or its scan.
+const FIGURES: u8 = 3;
 
 /// Ballista's logical codec, carrying [`LakeTable`]s too; see the module docs.
 #[derive(Debug)]
 pub struct LakeLogicalCodec {
     inner: Arc<dyn LogicalExtensionCodec>,
     scans: ScanCaches,
+    figures: Option<Arc<ProcessFigures>>,
 }
 
 impl LakeLogicalCodec {
@@ -183,7 +208,15 @@ impl LakeLogicalCodec {
         Self {
             inner,
             scans: lake.as_ref().clone(),
+            figures: None,
         }
+    }
+
+    /// This codec, carrying `lakecache_cluster_metrics()` to a scheduler whose figures are
+    /// `setup`'s ([`LakeBallista::logical_codec`] does it).
+    pub fn with_figures_of(mut self, setup: &LakeBallista) -> Self {
+        self.figures = Some(Arc::clone(&setup.figures));
+        self
     }
 }
 
@@ -225,6 +258,13 @@ impl LogicalExtensionCodec for LakeLogicalCodec {
             }
             #[cfg(feature = "delta")]
             Some((&DELTA, rest)) => Ok(Arc::new(super::delta::ClusterDeltaTable::decode(rest)?)),
+            Some((&FIGURES, _)) => match &self.figures {
+                Some(figures) => Ok(Arc::new(ClusterMetricsTable::new(Arc::clone(figures)))),
+                None => plan_err!(
+                    "table {table_ref}: {FUNCTION}() needs the codec of the scheduler's \
+                     LakeBallista"
+                ),
+            },
             Some((&OTHER, rest)) => self
                 .inner
                 .try_decode_table_provider(rest, table_ref, schema, ctx),
@@ -242,6 +282,10 @@ impl LogicalExtensionCodec for LakeLogicalCodec {
         if let Some(encoded) = super::delta::ClusterDeltaTable::encode(node.as_ref()) {
             buf.push(DELTA);
             buf.extend_from_slice(&encoded?);
+            return Ok(());
+        }
+        if node.downcast_ref::<ClusterMetricsTable>().is_some() {
+            buf.push(FIGURES);
             return Ok(());
         }
         let mut encoded = Vec::new();

@@ -39,6 +39,7 @@ pub mod affinity;
 pub mod codec;
 #[cfg(feature = "delta")]
 pub mod delta;
+pub mod figures;
 mod groups;
 
 use std::sync::Arc;
@@ -62,6 +63,7 @@ use crate::sql::LakeObjectStoreRegistry;
 use crate::store::Caches;
 pub use affinity::{AffinityPolicy, PlacementStats};
 use codec::{LakeLogicalCodec, LakePhysicalCodec};
+use figures::{ClusterMetricsFunction, ProcessFigures};
 
 /// What builds a scheduler's session state from the settings a client sent (Ballista's
 /// `SessionBuilder`).
@@ -73,6 +75,7 @@ pub type SessionBuilder = Arc<dyn Fn(SessionConfig) -> Result<SessionState> + Se
 pub struct LakeBallista {
     lake: LakeCache,
     runtime: Arc<RuntimeEnv>,
+    figures: Arc<ProcessFigures>,
 }
 
 impl LakeBallista {
@@ -86,7 +89,12 @@ impl LakeBallista {
             .with_object_store_registry(Arc::new(registry))
             .with_cache_manager(lake.cache_manager_config())
             .build_arc()?;
-        Ok(Self { lake, runtime })
+        let figures = Arc::new(ProcessFigures::new(lake.clone()));
+        Ok(Self {
+            lake,
+            runtime,
+            figures,
+        })
     }
 
     /// The cache this set-up uses: its figures are this process's.
@@ -133,15 +141,50 @@ impl LakeBallista {
         session_builder(self.runtime())
     }
 
-    /// Ballista's logical codec, which also carries [`LakeTable`](crate::LakeTable)s.
+    /// Ballista's logical codec, which also carries [`LakeTable`](crate::LakeTable)s and
+    /// [`lakecache_cluster_metrics()`](figures).
     pub fn logical_codec(&self) -> Arc<LakeLogicalCodec> {
-        Arc::new(LakeLogicalCodec::new(&self.lake))
+        Arc::new(LakeLogicalCodec::new(&self.lake).with_figures_of(self))
     }
 
     /// Ballista's physical codec, which gives every Parquet scan it decodes the caches'
     /// reader and a prefetcher.
     pub fn physical_codec(&self) -> Arc<LakePhysicalCodec> {
-        Arc::new(LakePhysicalCodec::new(&self.lake))
+        Arc::new(LakePhysicalCodec::new(&self.lake).with_figures_of(self))
+    }
+
+    /// `lakecache_cluster_metrics()`, for a client session on the cluster: every process's
+    /// figures in one query ([`figures`] says how they travel).
+    ///
+    /// ```no_run
+    /// # async fn run(setup: datafusion_lakecache::ballista::LakeBallista,
+    /// #     ctx: datafusion::prelude::SessionContext) -> datafusion::error::Result<()> {
+    /// use datafusion_lakecache::ballista::figures::FUNCTION;
+    /// ctx.register_udtf(FUNCTION, setup.cluster_metrics());
+    /// ctx.sql("SELECT process, value FROM lakecache_cluster_metrics() \
+    ///          WHERE cache = 'range.memory' AND metric = 'hits'")
+    ///     .await?
+    ///     .show()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_metrics(&self) -> Arc<ClusterMetricsFunction> {
+        Arc::new(ClusterMetricsFunction::new(Arc::clone(&self.figures)))
+    }
+
+    /// Names this process as the executor `name` in `lakecache_cluster_metrics()`:
+    /// [`LakeBallista::executor`] does it with the executor's id. An executor's rows are
+    /// given only by the executor they name.
+    pub fn name_executor(&self, name: &str) {
+        self.figures.set_name(name);
+    }
+
+    /// Tells the scheduler's set-up the policy it places tasks with: its figures join the
+    /// scheduler's in `lakecache_cluster_metrics()`, and the executors it counts alive are
+    /// the ones asked for theirs.
+    pub fn report_placement(&self, policy: &Arc<AffinityPolicy>) {
+        self.figures.set_placement(policy);
     }
 
     /// Both codecs, as a scheduler or an executor started by hand takes them.
@@ -152,6 +195,7 @@ impl LakeBallista {
     /// `config` with this set-up's runtime producer, config producer and codecs: what
     /// `start_executor_process` needs to run an executor with the caches.
     pub fn executor(&self, mut config: ExecutorProcessConfig) -> ExecutorProcessConfig {
+        self.name_executor(&config.executor_id);
         config.override_runtime_producer = Some(self.runtime_producer());
         config.override_config_producer = Some(self.config_producer());
         config.override_logical_codec = Some(self.logical_codec());

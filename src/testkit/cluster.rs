@@ -28,6 +28,8 @@ pub struct Process {
     sessions: SessionBuilder,
     logical: Arc<dyn LogicalExtensionCodec>,
     physical: Arc<dyn PhysicalExtensionCodec>,
+    /// The set-up of a process with the caches: told its executor name or its placement.
+    setup: Option<LakeBallista>,
 }
 
 impl Process {
@@ -39,6 +41,7 @@ impl Process {
             sessions: setup.session_builder(),
             logical: setup.logical_codec(),
             physical: setup.physical_codec(),
+            setup: Some(setup.clone()),
         }
     }
 
@@ -55,6 +58,7 @@ impl Process {
             sessions: session_builder(runtime),
             logical: Arc::new(BallistaLogicalExtensionCodec::default()),
             physical: Arc::new(BallistaPhysicalExtensionCodec::default()),
+            setup: None,
         })
     }
 
@@ -179,6 +183,9 @@ impl NamedCluster {
         config.override_logical_codec = Some(Arc::clone(&scheduler.logical));
         config.override_physical_codec = Some(Arc::clone(&scheduler.physical));
         if let Some(policy) = &policy {
+            if let Some(setup) = &scheduler.setup {
+                setup.report_placement(policy);
+            }
             let policy: Arc<dyn ballista_scheduler::cluster::DistributionPolicy> = policy.clone();
             config = config.with_task_distribution(TaskDistributionPolicy::Custom(policy));
         }
@@ -223,6 +230,9 @@ impl NamedCluster {
         use ballista_executor::flight_service::BallistaFlightService;
         use ballista_executor::metrics::LoggingMetricsCollector;
 
+        if let Some(setup) = &process.setup {
+            setup.name_executor(name);
+        }
         let listener = tokio::net::TcpListener::bind("localhost:0").await?;
         let address = listener.local_addr()?;
         let registration = ExecutorRegistration {
