@@ -151,6 +151,50 @@ impl RangeCache {
         parts
     }
 
+    /// [`RangeCache::read_through`] as if its lookups had found nothing: what a read meets
+    /// when another read's download lands between its lookups and its claim.
+    #[cfg(test)]
+    pub(super) async fn read_past_lookups(
+        &self,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+        fetch: &Fetch<'_>,
+    ) -> object_store::Result<Vec<Bytes>> {
+        let mut parts: Vec<Vec<Part>> = ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect();
+        self.fetch_gaps(object, &mut parts, fetch).await?;
+        ranges
+            .iter()
+            .zip(parts)
+            .map(|(range, parts)| join(object, range, &parts))
+            .collect()
+    }
+
+    /// The bytes of `range`, if memory holds all of it now. A second look, counted as no hit
+    /// or miss: the read's own lookup was counted.
+    fn held_in_memory(&self, object: &ObjectVersion, range: &Range<u64>) -> Option<Bytes> {
+        let pieces = self.lock_spans().get(object)?.cover(range.clone());
+        let mut held = Vec::with_capacity(pieces.len());
+        for (piece, entry) in pieces {
+            let entry = entry?;
+            let key = RangeKey {
+                object: object.clone(),
+                start: entry.start,
+            };
+            let buffer = self
+                .inner
+                .memory
+                .get(&key)
+                .filter(|b| b.len() as u64 == entry.end - entry.start)?;
+            let from = (piece.start - entry.start) as usize;
+            let to = (piece.end - entry.start) as usize;
+            held.push(buffer.slice(from..to));
+        }
+        match held.as_slice() {
+            [one] => Some(one.clone()),
+            _ => Some(held.concat().into()),
+        }
+    }
+
     /// Fills the pieces memory lacked from the disk tier, and brings what it read into memory.
     async fn look_on_disk(&self, object: &ObjectVersion, parts: &mut [Vec<Part>]) {
         let Some(disk) = self.disk_for(object) else {
@@ -262,34 +306,50 @@ impl RangeCache {
             }
         }
         let (joined, own, claim) = self.inner.flights.claim(object, &requests);
-        let mut pieces: Vec<(Range<u64>, Bytes)> = Vec::new();
+        let mut pieces: Vec<(Range<u64>, Bytes, Source)> = Vec::new();
         if !own.is_empty() {
-            let fetched = self.download(object, &own, claim, fetch).await?;
-            pieces.extend(own.into_iter().zip(fetched));
+            // A download that landed between this read's lookups and its claim is no longer
+            // in the air, and was kept before it landed: if memory now holds every range
+            // claimed, they are served from there, not fetched a second time.
+            let held: Option<Vec<Bytes>> =
+                own.iter().map(|r| self.held_in_memory(object, r)).collect();
+            match held {
+                Some(bytes) => {
+                    claim.land(&bytes);
+                    let held = own.into_iter().zip(bytes);
+                    pieces.extend(held.map(|(r, b)| (r, b, Source::Memory)));
+                }
+                None => {
+                    let fetched = self.download(object, &own, claim, fetch).await?;
+                    let fetched = own.into_iter().zip(fetched);
+                    pieces.extend(fetched.map(|(r, b)| (r, b, Source::Store)));
+                }
+            }
         }
         let mut failed = Vec::new();
         for j in joined {
             let range = j.range.clone();
             match j.wait().await {
-                Some(bytes) => pieces.push((range, bytes)),
+                Some(bytes) => pieces.push((range, bytes, Source::Store)),
                 None => failed.push(range),
             }
         }
         if !failed.is_empty() {
             let fetched = self.fetch_checked(object, &failed, fetch).await?;
             self.keep(&failed, &fetched);
-            pieces.extend(failed.into_iter().zip(fetched.bytes));
+            let fetched = failed.into_iter().zip(fetched.bytes);
+            pieces.extend(fetched.map(|(r, b)| (r, b, Source::Store)));
         }
-        pieces.sort_by_key(|(r, _)| r.start);
+        pieces.sort_by_key(|(r, _, _)| r.start);
         // Each gap is covered by the pieces fetched or joined, each a slice of its buffer.
         split_missing(parts, |gap| {
-            let first = pieces.partition_point(|(r, _)| r.end <= gap.range.start);
+            let first = pieces.partition_point(|(r, _, _)| r.end <= gap.range.start);
             pieces[first..]
                 .iter()
-                .take_while(|(r, _)| r.start < gap.range.end)
-                .map(|(r, bytes)| Part {
+                .take_while(|(r, _, _)| r.start < gap.range.end)
+                .map(|(r, bytes, source)| Part {
                     range: r.start.max(gap.range.start)..r.end.min(gap.range.end),
-                    found: Some((bytes.clone(), r.start, Source::Store)),
+                    found: Some((bytes.clone(), r.start, *source)),
                 })
                 .collect()
         });
@@ -313,8 +373,10 @@ impl RangeCache {
         let task = async move {
             // On an error, `claim` is dropped: its flights close, and their joiners fetch.
             let fetched = check(&object, &own, fetching.await?)?;
-            claim.land(&fetched.bytes);
+            // Kept before the flights land and leave the air, so a read that finds no
+            // flight for these bytes finds them kept (see `fetch_gaps`).
             cache.keep(&own, &fetched);
+            claim.land(&fetched.bytes);
             Ok(fetched.bytes)
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -129,6 +129,41 @@ impl Fetches {
     }
 }
 
+#[tokio::test]
+async fn a_read_whose_bytes_landed_after_its_lookups_takes_them_kept_not_fetched_again() {
+    // Four sessions reading one file at once: one read's lookups miss, another read's
+    // download lands (its flight leaves the air) before the first claims the range. The
+    // bytes were kept before they landed, so the first read takes them from memory.
+    let cache = RangeCache::try_new(RangeConfig::default()).unwrap();
+    let v = version("landed between lookups and claim");
+    let fetches = Fetches::default();
+    let first = fetches.read(&cache, &v, &[4..179_861], 7).await;
+    assert_eq!(fetches.take().len(), 1);
+    let (calls, keep) = (fetches.calls.clone(), v.clone());
+    let fetch = move |wanted: Vec<Range<u64>>| {
+        calls.lock().unwrap().push(wanted.clone());
+        let keep = keep.clone();
+        async move {
+            Ok(Fetched {
+                bytes: wanted.iter().map(|r| content(r, 7)).collect(),
+                keep: Some(keep),
+            })
+        }
+        .boxed()
+    };
+    let second = cache
+        .read_past_lookups(&v, &[4..179_861, 1000..2000], &fetch)
+        .await
+        .unwrap();
+    assert_eq!(
+        fetches.take(),
+        Vec::<Vec<Range<u64>>>::new(),
+        "fetched again"
+    );
+    assert_eq!(second[0], first[0]);
+    assert_eq!(second[1], content(&(1000..2000), 7));
+}
+
 fn config(memory: u64) -> RangeConfig {
     RangeConfig {
         memory_bytes: memory,
