@@ -38,4 +38,4 @@ pub use stats::{
     Activity, CacheStats, HandleStats, IndexStats, LakeStats, PrefetchStats, RangeStats, StoreStats,
 };
 pub use store::CachingObjectStore;
-pub use table::{LakeTable, LakeTableFactory};
+pub use table::{LakeTable, LakeTableFactory, StandaloneTable};

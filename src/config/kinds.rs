@@ -237,9 +237,9 @@ pub(crate) fn parse_count(key: &str, value: &str, min: u64, max: u64) -> Result<
 
 /// Parses a byte size of 1 byte to 1 PiB: a whole number with an optional unit (`B`,
 /// `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`, all powers of 1024, as DataFusion's own size
-/// settings read them). Settings parse through [`Size`]; this checks [`format_bytes`] round trips.
-#[cfg(test)]
-pub(crate) fn parse_bytes(key: &str, value: &str) -> Result<u64> {
+/// settings read them), as the size settings read it; an error names `key`. For sizes an
+/// embedder reads itself (a memory limit of its own), with the settings' messages.
+pub fn parse_bytes(key: &str, value: &str) -> Result<u64> {
     let size = Size {
         min: 1,
         max: super::PIB,

@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use datafusion::error::{DataFusionError, Result};
 
-use kinds::{Count, Dir, Flag, Kind, OptionalSpan, Size, Span};
+pub use kinds::parse_bytes;
 #[cfg(test)]
-use kinds::{parse_bytes, parse_duration};
+use kinds::parse_duration;
+use kinds::{Count, Dir, Flag, Kind, OptionalSpan, Size, Span};
 pub(crate) use options::Installed;
 pub use options::LakeOptions;
 pub use reference::{VARIABLE_PREFIX, settings_reference, variable_of};

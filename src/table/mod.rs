@@ -20,6 +20,7 @@ mod planner;
 mod prune;
 mod reader;
 mod scans;
+mod standalone;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub(crate) use planner::LakeQueryPlanner;
 use reader::LakeReaderFactory;
 pub(crate) use scans::NamesFilesByLog;
 pub use scans::ScanCaches;
+pub use standalone::StandaloneTable;
 
 use crate::config::Installed;
 
