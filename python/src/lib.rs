@@ -1,0 +1,360 @@
+//! `datafusion_lakecache._lakecache`: the lake caches for DataFusion's Python users.
+//!
+//! A [`PyLakeCache`] is one `LakeCache` (its caches, shared by every table made from it) and
+//! a session per store; its tables cross into datafusion-python as `FFI_TableProvider`s
+//! (`__datafusion_table_provider__`). datafusion-python scans a foreign table with its
+//! session rebuilt on this side of the boundary over DataFusion's default runtime, which has
+//! none of the table's stores and no memory limit: so each table is a `StandaloneTable`,
+//! which plans and runs its scans in its own installed session (the store of its URL and
+//! options, wrapped by the caches; the memory pool of `memory_limit`) and on this module's
+//! tokio runtime, whose reactor the stores need.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::error::DataFusionError;
+use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion_ffi::proto::logical_extension_codec::FFI_LogicalExtensionCodec;
+use datafusion_ffi::table_provider::FFI_TableProvider;
+use datafusion_lakecache::{LakeCache, LakeTable, StandaloneTable, config};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
+
+/// The DataFusion this module is built with (and its datafusion-ffi): the `datafusion`
+/// package it can be registered in is the one of the same major version.
+const DATAFUSION_VERSION: &str = "55.2.0";
+
+/// The tokio runtime every table of the process plans and streams on.
+fn tokio() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(runtime) = RUNTIME.get() {
+        return Ok(runtime);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("lakecache")
+        .enable_all()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("lakecache: no tokio runtime: {e}")))?;
+    Ok(RUNTIME.get_or_init(|| runtime))
+}
+
+/// A DataFusion error as a Python exception: a setting's, a `ValueError`; others, a
+/// `RuntimeError`, with `what` (the table) in front.
+fn error(what: &str, e: DataFusionError) -> PyErr {
+    match e {
+        DataFusionError::Configuration(m) => PyValueError::new_err(m),
+        e => PyRuntimeError::new_err(format!("{what}: {e}")),
+    }
+}
+
+/// Any other error, with `what` in front.
+#[cfg_attr(not(feature = "delta"), allow(dead_code))]
+fn failed(what: &str, e: impl std::fmt::Display) -> PyErr {
+    PyRuntimeError::new_err(format!("{what}: {e}"))
+}
+
+/// The `lakecache.*` key of a keyword: its first `_` is the group's dot
+/// (`range_memory` is `lakecache.range.memory`).
+fn key_of(keyword: &str) -> String {
+    format!("lakecache.{}", keyword.replacen('_', ".", 1))
+}
+
+/// A keyword's value as `SET` would spell it.
+fn text_of(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(flag) = value.extract::<bool>() {
+        return Ok(flag.to_string());
+    }
+    Ok(value.str()?.to_string())
+}
+
+/// The stores of a `LakeCache` are told apart by their root URL and options.
+type StoreId = (String, BTreeMap<String, String>);
+
+/// `LakeCache(**settings)`: one `LakeCache` and its tables. Make one per process and share
+/// it: tables of one cache share its caches, and tables over one store (URL root and
+/// options) share one store identity.
+#[pyclass(name = "LakeCache", module = "datafusion_lakecache", frozen)]
+struct PyLakeCache {
+    lake: LakeCache,
+    memory_limit: Option<u64>,
+    sessions: Mutex<HashMap<StoreId, SessionState>>,
+}
+
+#[pymethods]
+impl PyLakeCache {
+    /// Settings by keyword, as the `lakecache.*` keys with the first dot an underscore
+    /// (`range_memory="1GiB"`, `handle_capacity=100000`, `prefetch_max_in_flight=32`);
+    /// `range_disk=(dir, size)` keeps bytes on disk too; `memory_limit` bounds the memory pool
+    /// every scan of the cache's tables reserves in (prefetched bytes included; unbounded if
+    /// not given, the prefetcher then kept by `prefetch_max_bytes`).
+    #[new]
+    #[pyo3(signature = (*, memory_limit = None, **settings))]
+    fn new(
+        memory_limit: Option<&Bound<'_, PyAny>>,
+        settings: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let mut builder = LakeCache::builder();
+        for (keyword, value) in settings.into_iter().flatten() {
+            let keyword: String = keyword.extract()?;
+            if keyword == "range_disk" {
+                let pair = || PyTypeError::new_err("range_disk takes a (directory, size) pair");
+                let (dir, size): (String, Bound<'_, PyAny>) = value
+                    .cast::<PyTuple>()
+                    .map_err(|_| pair())?
+                    .extract()
+                    .map_err(|_| pair())?;
+                builder = builder
+                    .set("lakecache.range.disk_dir", &dir)
+                    .set("lakecache.range.disk_capacity", &text_of(&size)?);
+                continue;
+            }
+            builder = builder.set(&key_of(&keyword), &text_of(&value)?);
+        }
+        let lake = builder.build().map_err(|e| error("LakeCache", e))?;
+        let memory_limit = match memory_limit {
+            None => None,
+            Some(limit) => Some(
+                config::parse_bytes("memory_limit", &text_of(limit)?)
+                    .map_err(|e| error("LakeCache", e))?,
+            ),
+        };
+        Ok(Self {
+            lake,
+            memory_limit,
+            sessions: Mutex::default(),
+        })
+    }
+
+    /// A table over the Parquet files at `url` (a directory ending in `/`, or a file; a local
+    /// path or an `s3://`, `gs://`, `az://`, `http(s)://` URL), read with `storage_options`
+    /// (object_store's keys: `aws_region`, `aws_endpoint`, ...).
+    #[pyo3(signature = (url, storage_options = None))]
+    fn parquet_table(
+        &self,
+        py: Python<'_>,
+        url: &str,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<PyTable> {
+        let what = format!("table {url}");
+        let state = self.session(url, storage_options.unwrap_or_default())?;
+        let lake = self.lake.clone();
+        let (url, planning) = (url.to_string(), state.clone());
+        let table = py.detach(|| {
+            tokio()?.block_on(async move {
+                LakeTable::try_new(&planning, &url, &lake)
+                    .await
+                    .map_err(|e| error(&what, e))
+            })
+        })?;
+        self.table(Arc::new(table), state)
+    }
+
+    /// A Delta Lake table at `url`, read with `storage_options`, at its latest version when
+    /// loaded (built with the `delta` feature).
+    #[cfg(feature = "delta")]
+    #[pyo3(signature = (url, storage_options = None))]
+    fn delta_table(
+        &self,
+        py: Python<'_>,
+        url: &str,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<PyTable> {
+        let what = format!("Delta table {url}");
+        let state = self.session(url, storage_options.unwrap_or_default())?;
+        let parsed = ListingTableUrl::parse(url).map_err(|e| error(&what, e))?;
+        let store = state
+            .runtime_env()
+            .object_store(parsed.object_store())
+            .map_err(|e| error(&what, e))?;
+        let lake = self.lake.clone();
+        let table_url: url::Url = AsRef::<url::Url>::as_ref(&parsed).clone();
+        let provider = py.detach(|| {
+            tokio()?.block_on(async move {
+                let table = datafusion_lakecache::delta::table_builder(&lake, &table_url, store)
+                    .map_err(|e| failed(&what, e))?
+                    .load()
+                    .await
+                    .map_err(|e| failed(&what, e))?;
+                table.table_provider().await.map_err(|e| failed(&what, e))
+            })
+        })?;
+        self.table(provider, state)
+    }
+
+    /// Every figure of the caches: `{cache: {metric: value}}`, as `lakecache_metrics()`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let figures = PyDict::new(py);
+        for (cache, metric, value) in self.lake.stats().rows() {
+            let row = match figures.get_item(cache)? {
+                Some(row) => row.cast_into::<PyDict>()?,
+                None => {
+                    let row = PyDict::new(py);
+                    figures.set_item(cache, &row)?;
+                    row
+                }
+            };
+            row.set_item(metric, value)?;
+        }
+        Ok(figures)
+    }
+
+    /// Empties every cache.
+    fn clear(&self) {
+        self.lake.clear();
+    }
+}
+
+impl PyLakeCache {
+    /// The installed session of the store of `url` with `options`: made once per store, so
+    /// every table over it shares one store identity and what it has shown it can read.
+    fn session(&self, url: &str, options: HashMap<String, String>) -> PyResult<SessionState> {
+        let what = || format!("table {url}");
+        let parsed = ListingTableUrl::parse(url).map_err(|e| error(&what(), e))?;
+        let root = parsed.object_store();
+        let id: StoreId = (root.as_str().to_string(), options.into_iter().collect());
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = sessions.get(&id) {
+            return Ok(state.clone());
+        }
+        let stores = DefaultObjectStoreRegistry::new();
+        let root_url: &url::Url = root.as_ref();
+        if root_url.scheme() != "file" {
+            let full: &url::Url = parsed.as_ref();
+            let (store, _) = object_store::parse_url_opts(full, id.1.iter())
+                .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?;
+            stores.register_store(root_url, Arc::from(store));
+        }
+        let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(stores));
+        if let Some(limit) = self.memory_limit {
+            runtime = runtime.with_memory_limit(limit as usize, 1.0);
+        }
+        let runtime = runtime.build_arc().map_err(|e| error(&what(), e))?;
+        let builder = SessionStateBuilder::new()
+            .with_default_features()
+            .with_runtime_env(runtime);
+        let state = self
+            .lake
+            .install(builder)
+            .map_err(|e| error(&what(), e))?
+            .build();
+        sessions.insert(id, state.clone());
+        Ok(state)
+    }
+
+    fn table(&self, table: Arc<dyn TableProvider>, state: SessionState) -> PyResult<PyTable> {
+        let standalone =
+            StandaloneTable::new(table, state, &self.lake).with_tokio(tokio()?.handle().clone());
+        Ok(PyTable {
+            provider: Arc::new(standalone),
+        })
+    }
+}
+
+/// A table of a `LakeCache`, for `SessionContext.register_table`.
+#[pyclass(name = "Table", module = "datafusion_lakecache", frozen)]
+struct PyTable {
+    provider: Arc<dyn TableProvider>,
+}
+
+#[pymethods]
+impl PyTable {
+    /// The table as datafusion-python takes it: an `FFI_TableProvider` in a capsule, with the
+    /// logical codec of the session it is registered in (or the codec capsule itself, as
+    /// `Schema.register_table` passes it).
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let codec = logical_codec(session)?;
+        let runtime = tokio()?.handle().clone();
+        let provider = FFI_TableProvider::new_with_ffi_codec(
+            Arc::clone(&self.provider),
+            true,
+            Some(runtime),
+            codec,
+        );
+        PyCapsule::new_with_value(py, provider, c"datafusion_table_provider")
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Table({:?})", self.provider)
+    }
+}
+
+/// The `FFI_LogicalExtensionCodec` of `session` (a datafusion-python `SessionContext`), or
+/// `session` itself if it is the codec's capsule.
+fn logical_codec(session: &Bound<'_, PyAny>) -> PyResult<FFI_LogicalExtensionCodec> {
+    const NAME: &std::ffi::CStr = c"datafusion_logical_extension_codec";
+    let capsule = match session.cast::<PyCapsule>() {
+        Ok(capsule) => capsule.clone(),
+        Err(_) => session
+            .call_method0("__datafusion_logical_extension_codec__")?
+            .cast_into::<PyCapsule>()?,
+    };
+    let pointer: NonNull<FFI_LogicalExtensionCodec> = capsule.pointer_checked(Some(NAME))?.cast();
+    // SAFETY: a capsule of that name holds an `FFI_LogicalExtensionCodec` (datafusion-python's
+    // `__datafusion_logical_extension_codec__`), alive as long as the capsule is; it is
+    // cloned through its own vtable before the capsule can go.
+    Ok(unsafe { pointer.as_ref() }.clone())
+}
+
+/// The seeded lake and the corpus of the Rust tests, for the pytest suite.
+#[cfg(feature = "testkit")]
+mod testkit {
+    use super::*;
+    use datafusion_lakecache::testkit::corpus::CORPUS;
+    use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
+    use object_store::path::Path;
+
+    /// The differential corpus: queries over a table `t` of the seeded lake.
+    #[pyfunction]
+    pub(super) fn corpus() -> Vec<&'static str> {
+        CORPUS.to_vec()
+    }
+
+    /// Writes the seeded small-files lake of `files` files under `url`.
+    #[pyfunction]
+    #[pyo3(signature = (url, files, storage_options = None))]
+    pub(super) fn write_small_files(
+        py: Python<'_>,
+        url: &str,
+        files: usize,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<()> {
+        let parsed =
+            url::Url::parse(url).map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
+        let options = storage_options.unwrap_or_default();
+        let (store, prefix) = object_store::parse_url_opts(&parsed, options.iter())
+            .map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
+        let spec = LakeSpec::small_files(files);
+        py.detach(|| {
+            tokio()?.block_on(async move {
+                write_lake(store.as_ref(), &Path::from(prefix.as_ref()), &spec)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| PyRuntimeError::new_err(format!("{url}: {e}")))
+            })
+        })
+    }
+}
+
+/// The extension module.
+#[pymodule]
+fn _lakecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLakeCache>()?;
+    m.add_class::<PyTable>()?;
+    m.add("DATAFUSION_VERSION", DATAFUSION_VERSION)?;
+    #[cfg(feature = "testkit")]
+    {
+        m.add_function(wrap_pyfunction!(testkit::corpus, m)?)?;
+        m.add_function(wrap_pyfunction!(testkit::write_small_files, m)?)?;
+    }
+    Ok(())
+}
