@@ -73,3 +73,68 @@ async fn a_host_without_the_store_gets_vanilla_rows_and_repeats_make_no_request(
         assert_eq!(counted.counts().head, 0, "{}: warm, no HEAD", b.name);
     }
 }
+
+/// A new `LakeCache`'s table over `b`'s lake, as a standalone table in a host with nothing
+/// of the caches (`standalone`), or in an installed session; and its counted store.
+async fn cold_session(
+    b: &common::Backend,
+    standalone: bool,
+) -> (SessionContext, Arc<common::Counted>) {
+    let lake = LakeCache::builder().build().unwrap();
+    let counted = b.counting();
+    let stores = DefaultObjectStoreRegistry::new();
+    stores.register_store(&b.store_url, counted.clone());
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(stores))
+        .build_arc()
+        .unwrap();
+    let own = lake
+        .install(
+            SessionStateBuilder::new()
+                .with_default_features()
+                .with_runtime_env(runtime),
+        )
+        .unwrap()
+        .build();
+    let table = LakeTable::try_new(&own, &b.table_url(), &lake)
+        .await
+        .unwrap();
+    if !standalone {
+        let ctx = SessionContext::new_with_state(own);
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        return (ctx, counted);
+    }
+    let host = SessionContext::new();
+    let table = StandaloneTable::new(Arc::new(table), own, &lake);
+    host.register_table("t", Arc::new(table)).unwrap();
+    (host, counted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_filters_prune_files_and_row_groups_as_in_an_installed_session() {
+    // The host's optimizer cannot push a filter below the table's scan: the table pushes
+    // the filters it is handed into its Parquet readers itself. A filter only one file's
+    // statistics admit reads that file's data alone, as an installed session does.
+    for b in common::remote_backends("standalone-pruning") {
+        b.write(&LakeSpec::small_files(8)).await;
+        let sql = "SELECT count(*), round(sum(value), 3) FROM t WHERE id BETWEEN 5000 AND 9999";
+        let mut counts = Vec::new();
+        for standalone in [false, true] {
+            let (ctx, counted) = cold_session(&b, standalone).await;
+            counted.reset();
+            let got = rows(&ctx, sql).await.unwrap();
+            counts.push((got, counted.counts().get));
+        }
+        eprintln!(
+            "{}: installed {:?}, standalone {:?}",
+            b.name, counts[0], counts[1]
+        );
+        assert_eq!(counts[1].0, counts[0].0, "{}: rows", b.name);
+        assert!(
+            counts[0].1 <= 2,
+            "{}: installed, one file's data: {counts:?}",
+            b.name
+        );
+        assert_eq!(counts[1].1, counts[0].1, "{}: GETs as installed", b.name);
+    }
+}

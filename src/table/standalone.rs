@@ -20,11 +20,14 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Statistics, internal_datafusion_err};
+use datafusion::common::{DFSchema, Statistics, internal_datafusion_err};
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
+use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties,
@@ -130,7 +133,17 @@ impl TableProvider for StandaloneTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        self.table.supports_filters_pushdown(filters)
+        // Every filter is taken (and the host still applies those not exact): the scan
+        // pushes them into its Parquet readers itself, since the host's optimizer cannot
+        // reach below it.
+        let inner = self.table.supports_filters_pushdown(filters)?;
+        Ok(inner
+            .into_iter()
+            .map(|p| match p {
+                TableProviderFilterPushDown::Exact => TableProviderFilterPushDown::Exact,
+                _ => TableProviderFilterPushDown::Inexact,
+            })
+            .collect())
     }
 
     fn statistics(&self) -> Option<Statistics> {
@@ -148,9 +161,20 @@ impl TableProvider for StandaloneTable {
         let (table, scans) = (Arc::clone(&self.table), self.scans.clone());
         let (projection, filters) = (projection.cloned(), filters.to_vec());
         let planned = async move {
-            let plan = table
+            let mut plan = table
                 .scan(&state, projection.as_ref(), &filters, limit)
                 .await?;
+            // What the host's optimizer would do with the filters, had it seen the scan: a
+            // filter above it, pushed into the Parquet readers (row-group, page-index and
+            // bloom-filter pruning, late materialisation) by the table's own optimizer rules.
+            if let Some(predicate) = conjunction(filters.into_iter().map(unnormalize_col)) {
+                let schema = DFSchema::try_from(plan.schema().as_ref().clone())?;
+                let predicate = state.create_physical_expr(predicate, &schema)?;
+                plan = Arc::new(FilterExec::try_new(predicate, plan)?);
+                for rule in state.physical_optimizers() {
+                    plan = rule.optimize(plan, state.config_options())?;
+                }
+            }
             // The session is installed, so the table left its scans to the query planner,
             // which a host does not run: they get the caches' reader and prefetcher here.
             let plan = scans.rewrite(plan, state.config_options(), state.runtime_env(), true)?;
