@@ -1,7 +1,7 @@
 //! `datafusion_lakecache._lakecache`: the lake caches for DataFusion's Python users.
 //!
-//! A [`PyLakeCache`] is one `LakeCache` (its caches, shared by every table made from it) and
-//! a session per store; its tables cross into datafusion-python as `FFI_TableProvider`s
+//! Its `LakeCache` (`PyLakeCache`) is one library `LakeCache` (its caches, shared by every
+//! table made from it) and a session per store; its tables cross into datafusion-python as `FFI_TableProvider`s
 //! (`__datafusion_table_provider__`). datafusion-python scans a foreign table with its
 //! session rebuilt on this side of the boundary over DataFusion's default runtime, which has
 //! none of the table's stores and no memory limit: so each table is a `StandaloneTable`,
