@@ -138,3 +138,48 @@ async fn a_hosts_filters_prune_files_and_row_groups_as_in_an_installed_session()
         assert_eq!(counts[1].1, counts[0].1, "{}: GETs as installed", b.name);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_the_table_applies_exactly_needs_no_column_the_host_left_out() {
+    // A filter on a partition column is exact for the listing table: the host drops it and,
+    // with it, the column from the scan's projection. The table's own filter is made of the
+    // other filters alone.
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::datasource::file_format::parquet::ParquetFormat;
+    use datafusion::datasource::listing::ListingOptions;
+    use datafusion_lakecache::testkit::lake::write_lake;
+    let b = common::local_backend();
+    for part in ["1", "2"] {
+        let prefix = b.prefix.clone().join(format!("k={part}"));
+        write_lake(b.raw.as_ref(), &prefix, &LakeSpec::small_files(2))
+            .await
+            .unwrap();
+    }
+    let lake = LakeCache::builder().build().unwrap();
+    let own = lake
+        .install(SessionStateBuilder::new().with_default_features())
+        .unwrap()
+        .build();
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(vec![("k".to_string(), DataType::Utf8)]);
+    let table = LakeTable::try_new_with_options(&own, &b.table_url(), options, &lake)
+        .await
+        .unwrap();
+    let host = SessionContext::new();
+    host.register_table(
+        "t",
+        Arc::new(StandaloneTable::new(Arc::new(table), own, &lake)),
+    )
+    .unwrap();
+    for (sql, want) in [
+        ("SELECT count(*) AS n FROM t WHERE k = '2'", "10000"),
+        (
+            "SELECT count(*) AS n FROM t WHERE k = '2' AND id < 100",
+            "100",
+        ),
+    ] {
+        let got = rows(&host, sql).await.unwrap();
+        assert!(got.iter().any(|line| line.contains(want)), "{sql}: {got:?}");
+    }
+}

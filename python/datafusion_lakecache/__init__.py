@@ -13,22 +13,23 @@ datafusion-python registers::
 
 import datafusion as _datafusion
 
-from ._lakecache import DATAFUSION_VERSION, LakeCache, Table
+from ._lakecache import DATAFUSION_PYTHON, DATAFUSION_VERSION, LakeCache, Table
 
-__all__ = ["LakeCache", "Table", "DATAFUSION_VERSION"]
+__all__ = ["LakeCache", "Table", "DATAFUSION_VERSION", "DATAFUSION_PYTHON"]
 
 
-def _major(version: str) -> str:
-    return version.split(".", 1)[0]
+def _release(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 # A table crosses into datafusion-python as datafusion-ffi's FFI_TableProvider, whose own
-# check compares major versions only when a table is registered: the versions are compared
-# here, at import, with an error that says what to install.
-if _major(_datafusion.__version__) != _major(DATAFUSION_VERSION):
+# check compares major versions only, when a table is registered; its layout is known to
+# match only the release built with the same datafusion-ffi. The release is compared here,
+# at import, with an error that says what to install.
+if _release(_datafusion.__version__) != DATAFUSION_PYTHON:
     raise ImportError(
-        f"datafusion_lakecache is built with DataFusion {DATAFUSION_VERSION} and works with the "
-        f"datafusion package {_major(DATAFUSION_VERSION)}.x; the installed datafusion is "
-        f"{_datafusion.__version__} (pip install 'datafusion>={_major(DATAFUSION_VERSION)},"
-        f"<{int(_major(DATAFUSION_VERSION)) + 1}')"
+        f"datafusion_lakecache is built with DataFusion {DATAFUSION_VERSION} (datafusion-ffi "
+        f"{DATAFUSION_VERSION}) and works with the datafusion package {DATAFUSION_PYTHON}.x; "
+        f"the installed datafusion is {_datafusion.__version__} "
+        f"(pip install 'datafusion=={DATAFUSION_PYTHON}.*')"
     )

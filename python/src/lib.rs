@@ -26,9 +26,12 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
-/// The DataFusion this module is built with (and its datafusion-ffi): the `datafusion`
-/// package it can be registered in is the one of the same major version.
+/// The DataFusion this module is built with.
 const DATAFUSION_VERSION: &str = "55.2.0";
+
+/// The releases of the `datafusion` package its tables can be registered in: those built
+/// with the same datafusion-ffi (55.2.0).
+const DATAFUSION_PYTHON: &str = "55.0";
 
 /// The tokio runtime every table of the process plans and streams on.
 fn tokio() -> PyResult<&'static tokio::runtime::Runtime> {
@@ -351,6 +354,7 @@ fn _lakecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLakeCache>()?;
     m.add_class::<PyTable>()?;
     m.add("DATAFUSION_VERSION", DATAFUSION_VERSION)?;
+    m.add("DATAFUSION_PYTHON", DATAFUSION_PYTHON)?;
     #[cfg(feature = "testkit")]
     {
         m.add_function(wrap_pyfunction!(testkit::corpus, m)?)?;

@@ -108,7 +108,7 @@ def test_a_second_session_and_table_over_the_store_share_the_caches(lake_url):
     assert gets(lake) == cold
 
 
-def test_a_store_refused_by_the_server_gets_no_rows_even_when_another_cached_them(lake_url):
+def test_a_key_the_server_refuses_gets_a_403_naming_the_table_and_no_rows(lake_url):
     lake = lc.LakeCache()
     sql = "SELECT count(*) AS n FROM t"
     assert rows(cached(lake, lake_url), sql) == [{"n": FILES * 5000}]
@@ -136,9 +136,5 @@ def test_settings_are_validated_with_the_builders_messages():
 def test_a_missing_table_is_an_error_naming_it(tmp_path):
     lake = lc.LakeCache()
     missing = f"{tmp_path}/nothing-here/"
-    with pytest.raises(Exception, match="nothing-here"):
+    with pytest.raises(RuntimeError, match=f"table {missing}"):
         lake.parquet_table(missing)
-
-
-def test_the_module_names_the_datafusion_it_works_with():
-    assert lc.DATAFUSION_VERSION.split(".")[0] == datafusion.__version__.split(".")[0]

@@ -24,7 +24,9 @@
 //! - The policy binds each executor's partition to that executor, waiting for a free slot as
 //!   long as it is alive (these tasks count in no placement figure). There the partition
 //!   reads the executor's `LakeCache`. An executor gone in between answers nothing: another
-//!   executor running its partition gives no rows, so no process is counted twice.
+//!   executor running its partition gives no rows, so no process is counted twice. An
+//!   executor must know its name (`LakeBallista::executor` sets it): one that does not
+//!   answers nothing.
 
 use std::fmt;
 use std::io::Cursor;
@@ -394,12 +396,10 @@ impl ClusterMetricsExec {
             )
         })?;
         match here.name() {
-            // An executor not told its name is the one the policy bound the partition to.
-            None => here.rows(asked),
             Some(name) if name == asked => here.rows(asked),
-            // Run elsewhere (the executor asked for left): no rows, rather than this
-            // executor's a second time.
-            Some(_) => Ok(RecordBatch::new_empty(schema())),
+            // Run elsewhere (the executor asked for left), or on an executor not told its
+            // name, which cannot tell: no rows, rather than one executor's twice.
+            _ => Ok(RecordBatch::new_empty(schema())),
         }
     }
 }
@@ -531,9 +531,9 @@ mod tests {
         .unwrap();
         let restricted = restricted.downcast_ref::<ClusterMetricsExec>().unwrap();
         assert_eq!(processes(&restricted.rows(0).unwrap()), ["executor-1"]);
-        // An executor not told its name answers as the executor it was bound for.
+        // An executor not told its name cannot tell whether it was the one asked: nothing.
         let unnamed = ClusterMetricsExec::decode(&wire, &entries, Some(figures(None))).unwrap();
-        assert_eq!(processes(&unnamed.rows(1).unwrap()), ["executor-0"]);
+        assert_eq!(unnamed.rows(1).unwrap().num_rows(), 0);
         // A cut plan is refused, naming the function.
         let err = ClusterMetricsExec::decode(&wire[..wire.len() / 2], &entries, None).unwrap_err();
         assert!(err.to_string().contains(FUNCTION), "{err}");

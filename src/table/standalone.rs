@@ -161,13 +161,29 @@ impl TableProvider for StandaloneTable {
         let (table, scans) = (Arc::clone(&self.table), self.scans.clone());
         let (projection, filters) = (projection.cloned(), filters.to_vec());
         let planned = async move {
+            // The inner table gets the filters it takes; those it applies exactly the host
+            // dropped, and with them, maybe, their columns from the projection: the filter
+            // below is made of the others alone.
+            let offered: Vec<&Expr> = filters.iter().collect();
+            let pushdown = table.supports_filters_pushdown(&offered)?;
+            let (mut inner, mut ours) = (Vec::new(), Vec::new());
+            for (filter, how) in filters.into_iter().zip(pushdown) {
+                match how {
+                    TableProviderFilterPushDown::Exact => inner.push(filter),
+                    TableProviderFilterPushDown::Inexact => {
+                        inner.push(filter.clone());
+                        ours.push(filter);
+                    }
+                    TableProviderFilterPushDown::Unsupported => ours.push(filter),
+                }
+            }
             let mut plan = table
-                .scan(&state, projection.as_ref(), &filters, limit)
+                .scan(&state, projection.as_ref(), &inner, limit)
                 .await?;
             // What the host's optimizer would do with the filters, had it seen the scan: a
             // filter above it, pushed into the Parquet readers (row-group, page-index and
             // bloom-filter pruning, late materialisation) by the table's own optimizer rules.
-            if let Some(predicate) = conjunction(filters.into_iter().map(unnormalize_col)) {
+            if let Some(predicate) = conjunction(ours.into_iter().map(unnormalize_col)) {
                 let schema = DFSchema::try_from(plan.schema().as_ref().clone())?;
                 let predicate = state.create_physical_expr(predicate, &schema)?;
                 plan = Arc::new(FilterExec::try_new(predicate, plan)?);
