@@ -67,22 +67,6 @@ async fn drop_somewhere(ctx: &SessionContext, sql: &str, rng: &mut SmallRng) {
     }
 }
 
-async fn leftovers(lake: &LakeCache) -> String {
-    // A scan counts as over 30 ms after its last reader closed; aborted tasks go at their
-    // next poll.
-    let mut last = String::new();
-    for _ in 0..200 {
-        let p = lake.stats().prefetch;
-        let loads = lake.stats().index.loads_in_flight;
-        if p.reserved_bytes == 0 && p.in_flight == 0 && p.leases == 0 && loads == 0 {
-            return String::new();
-        }
-        last = format!("{p:?}, {loads} index loads");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    last
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_queries_leave_no_reservation_download_lease_or_load() {
     for index_cache in [true, false] {
@@ -115,7 +99,7 @@ async fn dropped_queries_leave_no_reservation_download_lease_or_load() {
             let sql = QUERIES[rng.random_range(0..QUERIES.len())];
             drop_somewhere(&ctx, sql, &mut rng).await;
         }
-        let left = leftovers(&lake).await;
+        let left = common::leftovers(&lake).await;
         assert!(
             left.is_empty(),
             "index cache {index_cache}: after {n} queries: {left}"

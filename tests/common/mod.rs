@@ -243,3 +243,21 @@ pub fn scan_metric(explain: &[String], name: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// What `lake` still holds of queries that ended: prefetch reservations, downloads, leases
+/// and index loads, waited for up to 2 s (empty once none is left). A scan counts as over
+/// 30 ms after its last reader closed, and aborted tasks go at their next poll, so a check
+/// right after a query would race them.
+pub async fn leftovers(lake: &LakeCache) -> String {
+    let mut last = String::new();
+    for _ in 0..200 {
+        let p = lake.stats().prefetch;
+        let loads = lake.stats().index.loads_in_flight;
+        if p.reserved_bytes == 0 && p.in_flight == 0 && p.leases == 0 && loads == 0 {
+            return String::new();
+        }
+        last = format!("{p:?}, {loads} index loads");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    last
+}
