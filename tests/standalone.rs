@@ -25,30 +25,8 @@ async fn a_host_without_the_store_gets_vanilla_rows_and_repeats_make_no_request(
             .register_parquet("t", b.table_url(), ParquetReadOptions::default())
             .await
             .unwrap();
-        // The table's own session: its store, counted, wrapped by the caches.
-        let lake = LakeCache::builder().build().unwrap();
-        let counted = b.counting();
-        let stores = DefaultObjectStoreRegistry::new();
-        stores.register_store(&b.store_url, counted.clone());
-        let runtime = RuntimeEnvBuilder::new()
-            .with_object_store_registry(Arc::new(stores))
-            .build_arc()
-            .unwrap();
-        let own = lake
-            .install(
-                SessionStateBuilder::new()
-                    .with_default_features()
-                    .with_runtime_env(runtime),
-            )
-            .unwrap()
-            .build();
-        let table = LakeTable::try_new(&own, &b.table_url(), &lake)
-            .await
-            .unwrap();
-        let table = StandaloneTable::new(Arc::new(table), own, &lake);
         // The host knows nothing of the lake's store.
-        let host = SessionContext::new();
-        host.register_table("t", Arc::new(table)).unwrap();
+        let (host, counted, lake) = cold_session(&b, true).await;
         for sql in CORPUS {
             assert_eq!(
                 rows(&host, sql).await.unwrap(),
@@ -79,7 +57,8 @@ async fn a_host_without_the_store_gets_vanilla_rows_and_repeats_make_no_request(
 async fn cold_session(
     b: &common::Backend,
     standalone: bool,
-) -> (SessionContext, Arc<common::Counted>) {
+) -> (SessionContext, Arc<common::Counted>, LakeCache) {
+    // The table's own session: its store, counted, wrapped by the caches.
     let lake = LakeCache::builder().build().unwrap();
     let counted = b.counting();
     let stores = DefaultObjectStoreRegistry::new();
@@ -102,12 +81,12 @@ async fn cold_session(
     if !standalone {
         let ctx = SessionContext::new_with_state(own);
         ctx.register_table("t", Arc::new(table)).unwrap();
-        return (ctx, counted);
+        return (ctx, counted, lake);
     }
     let host = SessionContext::new();
     let table = StandaloneTable::new(Arc::new(table), own, &lake);
     host.register_table("t", Arc::new(table)).unwrap();
-    (host, counted)
+    (host, counted, lake)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,7 +99,7 @@ async fn a_hosts_filters_prune_files_and_row_groups_as_in_an_installed_session()
         let sql = "SELECT count(*), round(sum(value), 3) FROM t WHERE id BETWEEN 5000 AND 9999";
         let mut counts = Vec::new();
         for standalone in [false, true] {
-            let (ctx, counted) = cold_session(&b, standalone).await;
+            let (ctx, counted, _) = cold_session(&b, standalone).await;
             counted.reset();
             let got = rows(&ctx, sql).await.unwrap();
             counts.push((got, counted.counts().get));
