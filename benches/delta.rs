@@ -18,9 +18,10 @@ use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion_lakecache::LakeCache;
+use datafusion_lakecache::delta::register_default_log_stores;
 use datafusion_lakecache::testkit::RequestCounts;
-use datafusion_lakecache::testkit::delta::register_s3_log_store;
-use datafusion_lakecache::testkit::lake::{LakeSpec, file_batch};
+use datafusion_lakecache::testkit::delta::delta_batch;
+use datafusion_lakecache::testkit::lake::LakeSpec;
 use deltalake_core::protocol::SaveMode;
 use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use futures::TryStreamExt;
@@ -107,7 +108,7 @@ async fn main() -> Result<()> {
     let runs = arg("--runs", 4) as usize;
     let bandwidth = arg("--gbit", 1) * 125_000_000;
     let latency = Duration::from_millis(25);
-    register_s3_log_store();
+    register_default_log_stores();
 
     // The table, written by delta-rs alone into an in-memory store (sorted listings, as
     // object stores give them).
@@ -125,7 +126,7 @@ async fn main() -> Result<()> {
         .build()
         .map_err(external)?;
     for i in 0..spec.files {
-        let batch = file_batch(&spec, i).project(&[0, 1, 2, 3, 5])?;
+        let batch = delta_batch(&spec, i);
         table = table
             .write(vec![batch])
             .with_save_mode(SaveMode::Append)

@@ -41,10 +41,13 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use datafusion::physical_plan::ExecutionPlan;
 use deltalake_core::delta_datafusion::DeltaScanExec;
+use deltalake_core::logstore::{
+    LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig, default_logstore, logstore_factories,
+};
 use deltalake_core::{DeltaResult, DeltaTableBuilder, DeltaTableError};
 use object_store::ObjectStore;
 use url::Url;
@@ -56,8 +59,8 @@ use crate::store::{Caches, CachingObjectStore};
 /// a session would register it; a [`CachingObjectStore`] is used as it is.
 ///
 /// For `s3://`, `gs://` and `az://` URLs delta-rs needs the log store of that scheme
-/// registered (`deltalake_aws::register_handlers` and the like), as it does without the
-/// caches.
+/// registered (`deltalake_aws::register_handlers` and the like, or
+/// [`register_default_log_stores`]), as it does without the caches.
 pub fn table_builder(
     lake: &impl AsRef<Caches>,
     table_url: &Url,
@@ -71,6 +74,48 @@ pub fn table_builder(
     };
     Ok(DeltaTableBuilder::from_url(table_url.clone())?
         .with_storage_backend(store, table_url.clone()))
+}
+
+/// The cloud schemes [`register_default_log_stores`] gives a log store.
+const CLOUD_SCHEMES: [&str; 8] = ["s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss"];
+
+/// Registers delta-rs's default log store for `s3://`, `gs://` and the Azure schemes, once
+/// per process, for each that has none yet: what a reader of such tables needs when it does
+/// not link `deltalake-aws` and the like (the Python module does not). The default log store
+/// commits with put-if-absent; a writer to a store without it wants its scheme's crate, whose
+/// registration, made first, is kept.
+pub fn register_default_log_stores() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for scheme in CLOUD_SCHEMES {
+            let Ok(url) = Url::parse(&format!("{scheme}://")) else {
+                continue;
+            };
+            if !logstore_factories().contains_key(&url) {
+                logstore_factories().insert(url, Arc::new(DefaultLogStores));
+            }
+        }
+    });
+}
+
+/// delta-rs's default log store, for the schemes whose crates register their own.
+struct DefaultLogStores;
+
+impl LogStoreFactory for DefaultLogStores {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> DeltaResult<Arc<dyn LogStore>> {
+        Ok(default_logstore(
+            prefixed_store,
+            root_store,
+            location,
+            options,
+        ))
+    }
 }
 
 /// The URL of the store root `table_url` is in: its scheme, host and port.

@@ -14,7 +14,7 @@ use common::{Backend, Cached, Counted, backends, rows};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::delta::register_s3_log_store;
+use datafusion_lakecache::delta::register_default_log_stores;
 use delta_tables::{batch, delete_with_deletion_vectors, delta_rs_rows, table_url, uncached};
 use deltalake_core::DeltaTable;
 use deltalake_core::protocol::SaveMode;
@@ -31,7 +31,7 @@ const QUERIES: [&str; 5] = [
 
 /// The table loaded through `lake`'s caches over `counted`.
 async fn cached(b: &Backend, lake: &LakeCache, counted: &Arc<Counted>) -> DeltaTable {
-    register_s3_log_store();
+    register_default_log_stores();
     let store = Arc::clone(counted) as Arc<dyn ObjectStore>;
     datafusion_lakecache::delta::table_builder(lake, &table_url(b), store)
         .unwrap()

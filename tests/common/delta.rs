@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;
-use datafusion_lakecache::testkit::delta::register_s3_log_store;
-use datafusion_lakecache::testkit::lake::{LakeSpec, file_batch};
+use datafusion_lakecache::delta::register_default_log_stores;
+use datafusion_lakecache::testkit::delta::delta_batch;
+use datafusion_lakecache::testkit::lake::LakeSpec;
 use deltalake_core::{DeltaTable, DeltaTableBuilder};
 use object_store::ObjectStoreExt;
 use url::Url;
@@ -22,16 +23,14 @@ pub fn table_url(b: &Backend) -> Url {
     Url::parse(&b.table_url()).unwrap()
 }
 
-/// The rows of generated file `index`, without the timestamp column (Delta's `timestamp`
-/// type is UTC-adjusted; the generator's is not).
+/// The rows of generated file `index` of the small-files lake, as Delta takes them.
 pub fn batch(index: usize) -> RecordBatch {
-    let spec = LakeSpec::small_files(index + 1);
-    file_batch(&spec, index).project(&[0, 1, 2, 3, 5]).unwrap()
+    delta_batch(&LakeSpec::small_files(index + 1), index)
 }
 
 /// The table as delta-rs alone reads and writes it, over the raw store.
 pub fn uncached(b: &Backend) -> DeltaTable {
-    register_s3_log_store();
+    register_default_log_stores();
     let url = table_url(b);
     DeltaTableBuilder::from_url(url.clone())
         .unwrap()
