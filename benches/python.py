@@ -3,7 +3,8 @@ run: first contact (a new session registers the lake and runs the query once) an
 (the same session runs it again), over the S3 server behind a proxy that holds every request
 `LAKECACHE_S3_LATENCY_MS` (one delay per real request, as a remote store's round trip).
 
-Run by `bash scripts/bench-python` (a release build of the module, the S3 server at 25 ms):
+Run by `bash scripts/bench-python` (a release build of the module, the S3 server at 25 ms;
+the server's helpers are python/tests/s3_server.py):
 
     bash scripts/bench-python [--files 200] [--runs 3] [--warm 5]
 
@@ -19,7 +20,7 @@ import time
 import uuid
 
 import datafusion
-from datafusion.object_store import AmazonS3
+from s3_server import options, server, vanilla
 
 import datafusion_lakecache as lc
 from datafusion_lakecache import _lakecache
@@ -28,31 +29,6 @@ QUERIES = {
     "group-by": "SELECT category, round(sum(value), 3) AS total FROM t GROUP BY category",
     "filter": "SELECT count(*), round(sum(value), 3) FROM t WHERE id BETWEEN 185000 AND 194999",
 }
-
-
-def options(endpoint):
-    return {
-        "aws_endpoint": endpoint,
-        "aws_access_key_id": "lakecache",
-        "aws_secret_access_key": "lakecache",
-        "aws_region": "us-east-1",
-        "aws_allow_http": "true",
-    }
-
-
-def vanilla(url, endpoint, bucket):
-    ctx = datafusion.SessionContext()
-    store = AmazonS3(
-        bucket_name=bucket,
-        region="us-east-1",
-        access_key_id="lakecache",
-        secret_access_key="lakecache",
-        endpoint=endpoint,
-        allow_http=True,
-    )
-    ctx.register_object_store("s3://", store, bucket)
-    ctx.register_parquet("t", url)
-    return ctx
 
 
 def cached(lake, url, endpoint):
@@ -88,8 +64,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warm", type=int, default=5)
     args = parser.parse_args()
-    endpoint = os.environ["LAKECACHE_S3_ENDPOINT"]
-    bucket = os.environ.get("LAKECACHE_S3_BUCKET", "lakecache-test")
+    endpoint, bucket = server()
     latency = os.environ.get("LAKECACHE_S3_LATENCY_MS", "0")
     url = f"s3://{bucket}/bench-{uuid.uuid4().hex}/"
     _lakecache.write_small_files(url, args.files, options(endpoint))

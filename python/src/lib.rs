@@ -9,7 +9,9 @@
 //! options, wrapped by the caches; the memory pool of `memory_limit`) and on this module's
 //! tokio runtime, whose reactor the stores need.
 
-use std::collections::{BTreeMap, HashMap};
+mod store;
+
+use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -25,6 +27,7 @@ use datafusion_lakecache::{LakeCache, LakeTable, StandaloneTable, config};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use store::StoreSettings;
 
 /// The DataFusion this module is built with.
 const DATAFUSION_VERSION: &str = "55.2.0";
@@ -76,12 +79,13 @@ fn text_of(value: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(value.str()?.to_string())
 }
 
-/// The stores of a `LakeCache` are told apart by their root URL and options.
-type StoreId = (String, BTreeMap<String, String>);
+/// The stores of a `LakeCache` are told apart by their root URL and what they are made from
+/// (their options and the environment's settings).
+type StoreId = (String, StoreSettings);
 
 /// `LakeCache(**settings)`: one `LakeCache` and its tables. Make one per process and share
-/// it: tables of one cache share its caches, and tables over one store (URL root and
-/// options) share one store identity.
+/// it: tables of one cache share its caches, and tables over one store (URL root, options
+/// and the environment's settings) share one store identity.
 #[pyclass(name = "LakeCache", module = "datafusion_lakecache", frozen)]
 struct PyLakeCache {
     lake: LakeCache,
@@ -136,7 +140,8 @@ impl PyLakeCache {
 
     /// A table over the Parquet files at `url` (a directory ending in `/`, or a file; a local
     /// path or an `s3://`, `gs://`, `az://`, `http(s)://` URL), read with `storage_options`
-    /// (object_store's keys: `aws_region`, `aws_endpoint`, ...).
+    /// (object_store's keys: `aws_region`, `aws_endpoint`, ...) over the environment's
+    /// (`AWS_*`, `GOOGLE_*`, `AZURE_*`); a key object_store does not know is a `ValueError`.
     #[pyo3(signature = (url, storage_options = None))]
     fn parquet_table(
         &self,
@@ -177,6 +182,9 @@ impl PyLakeCache {
             .map_err(|e| error(&what, e))?;
         let lake = self.lake.clone();
         let table_url: url::Url = AsRef::<url::Url>::as_ref(&parsed).clone();
+        // The module links no deltalake-aws: delta-rs's default log store reads every cloud
+        // table (the module only reads).
+        datafusion_lakecache::delta::register_default_log_stores();
         let provider = py.detach(|| {
             tokio()?.block_on(async move {
                 let table = datafusion_lakecache::delta::table_builder(&lake, &table_url, store)
@@ -220,18 +228,19 @@ impl PyLakeCache {
         let what = || format!("table {url}");
         let parsed = ListingTableUrl::parse(url).map_err(|e| error(&what(), e))?;
         let root = parsed.object_store();
-        let id: StoreId = (root.as_str().to_string(), options.into_iter().collect());
+        let full: &url::Url = parsed.as_ref();
+        let id: StoreId = (root.as_str().to_string(), StoreSettings::of(full, options));
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(state) = sessions.get(&id) {
             return Ok(state.clone());
         }
         let stores = DefaultObjectStoreRegistry::new();
-        let root_url: &url::Url = root.as_ref();
-        if root_url.scheme() != "file" {
-            let full: &url::Url = parsed.as_ref();
-            let (store, _) = object_store::parse_url_opts(full, id.1.iter())
+        let made =
+            id.1.store(full)
                 .map_err(|e| PyValueError::new_err(format!("{}: {e}", what())))?;
-            stores.register_store(root_url, Arc::from(store));
+        if let Some(made) = made {
+            let root_url: &url::Url = root.as_ref();
+            stores.register_store(root_url, made);
         }
         let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(stores));
         if let Some(limit) = self.memory_limit {
@@ -316,6 +325,20 @@ mod testkit {
     use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
     use object_store::path::Path;
 
+    /// The store of `url`'s root, made as a table's is, and the path of `url` in it.
+    pub(super) fn root_and_path(
+        url: &url::Url,
+        options: Option<HashMap<String, String>>,
+    ) -> PyResult<(Arc<dyn object_store::ObjectStore>, Path)> {
+        let invalid = |e: &dyn std::fmt::Display| PyValueError::new_err(format!("{url}: {e}"));
+        let (_, path) = object_store::ObjectStoreScheme::parse(url).map_err(|e| invalid(&e))?;
+        let store = StoreSettings::of(url, options.unwrap_or_default())
+            .store(url)
+            .map_err(|e| invalid(&e))?
+            .ok_or_else(|| invalid(&"the testkit writes to remote stores only"))?;
+        Ok((store, path))
+    }
+
     /// The differential corpus: queries over a table `t` of the seeded lake.
     #[pyfunction]
     pub(super) fn corpus() -> Vec<&'static str> {
@@ -333,16 +356,59 @@ mod testkit {
     ) -> PyResult<()> {
         let parsed =
             url::Url::parse(url).map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
-        let options = storage_options.unwrap_or_default();
-        let (store, prefix) = object_store::parse_url_opts(&parsed, options.iter())
-            .map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
+        let (store, prefix) = root_and_path(&parsed, storage_options)?;
         let spec = LakeSpec::small_files(files);
         py.detach(|| {
             tokio()?.block_on(async move {
-                write_lake(store.as_ref(), &Path::from(prefix.as_ref()), &spec)
+                write_lake(store.as_ref(), &prefix, &spec)
                     .await
                     .map(|_| ())
                     .map_err(|e| PyRuntimeError::new_err(format!("{url}: {e}")))
+            })
+        })
+    }
+}
+
+/// Writes a Delta table of `files` commits of the seeded small-files lake under `url`.
+#[cfg(all(feature = "testkit", feature = "delta"))]
+mod testkit_delta {
+    use super::*;
+    use datafusion_lakecache::testkit::delta::delta_batch;
+    use datafusion_lakecache::testkit::lake::LakeSpec;
+    use deltalake_core::DeltaTable;
+    use deltalake_core::logstore::{StorageConfig, default_logstore};
+    use deltalake_core::protocol::SaveMode;
+
+    #[pyfunction]
+    #[pyo3(signature = (url, files, storage_options = None))]
+    pub(super) fn write_delta_table(
+        py: Python<'_>,
+        url: &str,
+        files: usize,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<()> {
+        let table_url =
+            url::Url::parse(url).map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
+        let (root, _) = super::testkit::root_and_path(&table_url, storage_options)?;
+        // Its own log store, not one from delta-rs's registry: the table is then read with
+        // what the module itself registers.
+        let config = StorageConfig::default();
+        let prefixed = config
+            .decorate_store(Arc::clone(&root), &table_url)
+            .map_err(|e| failed(url, e))?;
+        let log_store = default_logstore(Arc::from(prefixed), root, &table_url, &config);
+        let spec = LakeSpec::small_files(files);
+        py.detach(|| {
+            tokio()?.block_on(async move {
+                let mut table = DeltaTable::new(log_store);
+                for i in 0..files {
+                    table = table
+                        .write(vec![delta_batch(&spec, i)])
+                        .with_save_mode(SaveMode::Append)
+                        .await
+                        .map_err(|e| failed(url, e))?;
+                }
+                Ok(())
             })
         })
     }
@@ -360,5 +426,7 @@ fn _lakecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(testkit::corpus, m)?)?;
         m.add_function(wrap_pyfunction!(testkit::write_small_files, m)?)?;
     }
+    #[cfg(all(feature = "testkit", feature = "delta"))]
+    m.add_function(wrap_pyfunction!(testkit_delta::write_delta_table, m)?)?;
     Ok(())
 }

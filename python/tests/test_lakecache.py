@@ -7,7 +7,7 @@ import uuid
 
 import datafusion
 import pytest
-from datafusion.object_store import AmazonS3
+from s3_server import options, requests, server, vanilla
 
 import datafusion_lakecache as lc
 from datafusion_lakecache import _lakecache
@@ -17,23 +17,12 @@ FILES = 12
 
 def s3():
     """The S3 server's endpoint and bucket; skipped without one (failed in CI)."""
-    endpoint = os.environ.get("LAKECACHE_S3_ENDPOINT")
-    bucket = os.environ.get("LAKECACHE_S3_BUCKET", "lakecache-test")
-    if endpoint is None:
+    found = server()
+    if found is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true and no S3 server: run under scripts/with-s3")
         pytest.skip("no S3 server (run under scripts/with-s3)")
-    return endpoint, bucket
-
-
-def options(endpoint, key="lakecache"):
-    return {
-        "aws_endpoint": endpoint,
-        "aws_access_key_id": key,
-        "aws_secret_access_key": key,
-        "aws_region": "us-east-1",
-        "aws_allow_http": "true",
-    }
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +36,9 @@ def lake_url():
     return url
 
 
-def vanilla(url):
-    """datafusion-python alone over the lake."""
+def plain(url):
     endpoint, bucket = s3()
-    store = AmazonS3(
-        bucket_name=bucket,
-        region="us-east-1",
-        access_key_id="lakecache",
-        secret_access_key="lakecache",
-        endpoint=endpoint,
-        allow_http=True,
-    )
-    ctx = datafusion.SessionContext()
-    ctx.register_object_store("s3://", store, bucket)
-    ctx.register_parquet("t", url)
-    return ctx
+    return vanilla(url, endpoint, bucket)
 
 
 def cached(lake, url, key="lakecache"):
@@ -76,23 +53,19 @@ def rows(ctx, sql):
     return sorted(ctx.sql(sql).to_arrow_table().to_pylist(), key=repr)
 
 
-def gets(lake):
-    return lake.stats()["store"]["gets"]
-
-
 def test_the_corpus_returns_the_rows_of_datafusion_python_and_repeats_without_a_request(lake_url):
     lake = lc.LakeCache(range_memory="256MiB")
-    plain, ctx = vanilla(lake_url), cached(lake, lake_url)
+    alone, ctx = plain(lake_url), cached(lake, lake_url)
     corpus = _lakecache.corpus()
     assert len(corpus) >= 30
     for sql in corpus:
-        assert rows(ctx, sql) == rows(plain, sql), sql
-    cold = gets(lake)
+        assert rows(ctx, sql) == rows(alone, sql), sql
+    cold = requests(lake)
     assert cold > 0
     # Warm: every footer and byte the corpus reads is cached; no request reaches the store.
     for sql in corpus:
-        assert rows(ctx, sql) == rows(plain, sql), sql
-    assert gets(lake) == cold
+        assert rows(ctx, sql) == rows(alone, sql), sql
+    assert requests(lake) == cold
     figures = lake.stats()
     assert figures["range.memory"]["hits"] > 0
     assert figures["index"]["hits"] > 0
@@ -102,10 +75,10 @@ def test_a_second_session_and_table_over_the_store_share_the_caches(lake_url):
     lake = lc.LakeCache()
     sql = "SELECT category, count(*) AS n FROM t GROUP BY category ORDER BY category"
     first = rows(cached(lake, lake_url), sql)
-    cold = gets(lake)
+    cold = requests(lake)
     second = rows(cached(lake, lake_url), sql)
     assert second == first
-    assert gets(lake) == cold
+    assert requests(lake) == cold
 
 
 def test_a_key_the_server_refuses_gets_a_403_naming_the_table_and_no_rows(lake_url):
@@ -138,3 +111,73 @@ def test_a_missing_table_is_an_error_naming_it(tmp_path):
     missing = f"{tmp_path}/nothing-here/"
     with pytest.raises(RuntimeError, match=f"table {missing}"):
         lake.parquet_table(missing)
+
+
+def test_a_storage_option_object_store_does_not_know_is_an_error_naming_it(tmp_path):
+    lake = lc.LakeCache()
+    url = "s3://some-bucket/sales/"
+    misspelt = {"aws_region": "eu-west-1", "aws_regoin": "eu-west-1"}
+    with pytest.raises(ValueError, match="aws_regoin") as unknown:
+        lake.parquet_table(url, storage_options=misspelt)
+    assert f"table {url}" in str(unknown.value)
+    with pytest.raises(ValueError, match="local path"):
+        lake.parquet_table(f"{tmp_path}/", storage_options={"aws_region": "eu-west-1"})
+
+
+def test_credentials_come_from_the_environment_and_another_environment_is_another_store(
+    lake_url, monkeypatch
+):
+    endpoint, _ = s3()
+    for key, value in options(endpoint).items():
+        monkeypatch.setenv(key.upper(), value)
+    lake = lc.LakeCache()
+    sql = "SELECT count(*) AS n FROM t"
+    ctx = datafusion.SessionContext()
+    ctx.register_table("t", lake.parquet_table(lake_url))
+    assert rows(ctx, sql) == [{"n": FILES * 5000}]
+    # The same URL and options in an environment with a key the server refuses: made from
+    # other settings, so another store, which is served nothing the first one read.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-key")
+    refused = datafusion.SessionContext()
+    with pytest.raises(RuntimeError, match="403 Forbidden"):
+        refused.register_table("t", lake.parquet_table(lake_url))
+        rows(refused, sql)
+    # Options win over the environment.
+    fresh = lc.LakeCache()
+    assert rows(cached(fresh, lake_url), sql) == [{"n": FILES * 5000}]
+
+
+def test_a_delta_table_returns_the_rows_of_its_files_and_repeats_without_a_request():
+    endpoint, bucket = s3()
+    if not hasattr(_lakecache, "write_delta_table"):
+        pytest.fail("the module was built without its testkit and delta features")
+    url = f"s3://{bucket}/python-delta-{uuid.uuid4().hex}/"
+    _lakecache.write_delta_table(url, 3, options(endpoint))
+    lake = lc.LakeCache()
+    ctx = datafusion.SessionContext()
+    ctx.register_table("t", lake.delta_table(url, storage_options=options(endpoint)))
+    # Three appends and nothing removed: every Parquet file of the table is live, so
+    # datafusion-python over the files alone reads the same rows.
+    alone = plain(url)
+    sql = "SELECT category, count(*) AS n, round(sum(value), 3) AS total FROM t GROUP BY category"
+    assert rows(ctx, sql) == rows(alone, sql)
+    cold = requests(lake)
+    assert rows(ctx, sql) == rows(alone, sql)
+    assert requests(lake) == cold
+
+
+def test_memory_limit_bounds_the_prefetching_of_the_tables_scans(lake_url):
+    sql = (
+        "SELECT category, count(*) AS n, round(sum(value), 3) AS total, max(name) AS name "
+        "FROM t GROUP BY category"
+    )
+    unbounded = lc.LakeCache(range_enabled=False)
+    want = rows(cached(unbounded, lake_url), sql)
+    peak = unbounded.stats()["prefetch"]["peak_reserved_bytes"]
+    assert peak > 0
+    # A pool of what prefetching took without one: prefetching may take half of it (the
+    # rest is the query's), half of what it took unbounded; the query is not refused.
+    bounded = lc.LakeCache(range_enabled=False, memory_limit=peak)
+    assert rows(cached(bounded, lake_url), sql) == want
+    figures = bounded.stats()["prefetch"]
+    assert figures["peak_reserved_bytes"] <= peak // 2, figures
