@@ -1,13 +1,14 @@
 //! `datafusion_lakecache._lakecache`: the lake caches for DataFusion's Python users.
 //!
 //! Its `LakeCache` (`PyLakeCache`) is one library `LakeCache` (its caches, shared by every
-//! table made from it) and a session per store; its tables cross into datafusion-python as `FFI_TableProvider`s
-//! (`__datafusion_table_provider__`). datafusion-python scans a foreign table with its
-//! session rebuilt on this side of the boundary over DataFusion's default runtime, which has
-//! none of the table's stores and no memory limit: so each table is a `StandaloneTable`,
-//! which plans and runs its scans in its own installed session (the store of its URL and
-//! options, wrapped by the caches; the memory pool of `memory_limit`) and on this module's
-//! tokio runtime, whose reactor the stores need.
+//! table made from it) and a session per store (`store.rs`); its tables cross into
+//! datafusion-python as `FFI_TableProvider`s (`__datafusion_table_provider__`).
+//! datafusion-python scans a foreign table with its session rebuilt on this side of the
+//! boundary over DataFusion's default runtime, which has none of the table's stores and no
+//! memory limit: so each table is a `StandaloneTable`, which plans and runs its scans in the
+//! installed session of its store (the store of its URL and settings, wrapped by the caches;
+//! the one memory pool of `memory_limit`) and on this module's tokio runtime, whose reactor
+//! the stores need.
 
 mod store;
 
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::error::DataFusionError;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder};
@@ -35,6 +37,9 @@ const DATAFUSION_VERSION: &str = "55.2.0";
 /// The releases of the `datafusion` package its tables can be registered in: those built
 /// with the same datafusion-ffi (55.2.0).
 const DATAFUSION_PYTHON: &str = "55.0";
+
+/// The consumers an exhausted pool's error names.
+const TOP_CONSUMERS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(5).unwrap();
 
 /// The tokio runtime every table of the process plans and streams on.
 fn tokio() -> PyResult<&'static tokio::runtime::Runtime> {
@@ -89,7 +94,8 @@ type StoreId = (String, StoreSettings);
 #[pyclass(name = "LakeCache", module = "datafusion_lakecache", frozen)]
 struct PyLakeCache {
     lake: LakeCache,
-    memory_limit: Option<u64>,
+    /// The pool of `memory_limit`, one for every session (every store) of the cache.
+    memory_pool: Option<Arc<dyn MemoryPool>>,
     sessions: Mutex<HashMap<StoreId, SessionState>>,
 }
 
@@ -124,16 +130,20 @@ impl PyLakeCache {
             builder = builder.set(&key_of(&keyword), &text_of(&value)?);
         }
         let lake = builder.build().map_err(|e| error("LakeCache", e))?;
-        let memory_limit = match memory_limit {
+        let memory_pool = match memory_limit {
             None => None,
-            Some(limit) => Some(
-                config::parse_bytes("memory_limit", &text_of(limit)?)
-                    .map_err(|e| error("LakeCache", e))?,
-            ),
+            Some(limit) => {
+                let limit = config::parse_bytes("memory_limit", &text_of(limit)?)
+                    .map_err(|e| error("LakeCache", e))?;
+                // As RuntimeEnvBuilder::with_memory_limit makes its pool: an error of an
+                // exhausted pool names its five largest consumers.
+                let pool = GreedyMemoryPool::new(usize::try_from(limit).unwrap_or(usize::MAX));
+                Some(Arc::new(TrackConsumersPool::new(pool, TOP_CONSUMERS)) as Arc<dyn MemoryPool>)
+            }
         };
         Ok(Self {
             lake,
-            memory_limit,
+            memory_pool,
             sessions: Mutex::default(),
         })
     }
@@ -163,8 +173,9 @@ impl PyLakeCache {
         self.table(Arc::new(table), state)
     }
 
-    /// A Delta Lake table at `url`, read with `storage_options`, at its latest version when
-    /// loaded (built with the `delta` feature).
+    /// A Delta Lake table at `url` (a local path, `s3://`, `gs://` or an Azure URL), read
+    /// with `storage_options`, at its latest version when loaded (built with the `delta`
+    /// feature).
     #[cfg(feature = "delta")]
     #[pyo3(signature = (url, storage_options = None))]
     fn delta_table(
@@ -243,8 +254,8 @@ impl PyLakeCache {
             stores.register_store(root_url, made);
         }
         let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(stores));
-        if let Some(limit) = self.memory_limit {
-            runtime = runtime.with_memory_limit(limit as usize, 1.0);
+        if let Some(pool) = &self.memory_pool {
+            runtime = runtime.with_memory_pool(Arc::clone(pool));
         }
         let runtime = runtime.build_arc().map_err(|e| error(&what(), e))?;
         let builder = SessionStateBuilder::new()
