@@ -20,7 +20,7 @@ import time
 import uuid
 
 import datafusion
-from s3_server import options, server, vanilla
+from s3_server import lake_table, options, server, vanilla
 
 import datafusion_lakecache as lc
 from datafusion_lakecache import _lakecache
@@ -29,12 +29,6 @@ QUERIES = {
     "group-by": "SELECT category, round(sum(value), 3) AS total FROM t GROUP BY category",
     "filter": "SELECT count(*), round(sum(value), 3) FROM t WHERE id BETWEEN 185000 AND 194999",
 }
-
-
-def cached(lake, url, endpoint):
-    ctx = datafusion.SessionContext()
-    ctx.register_table("t", lake.parquet_table(url, storage_options=options(endpoint)))
-    return ctx
 
 
 def timed(f):
@@ -81,7 +75,7 @@ def main():
 
     def with_caches():
         lake = lc.LakeCache()
-        return cached(lake, url, endpoint), lambda: lake.stats()["store"]["gets"]
+        return lake_table(lake, url, endpoint), lambda: lake.stats()["store"]["gets"]
 
     for name, sql in QUERIES.items():
         p_first, p_warm, want, _, _ = side(sql, plain, args.runs, args.warm)

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::error::DataFusionError;
-use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, TrackConsumersPool};
+use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder};
@@ -37,9 +37,6 @@ const DATAFUSION_VERSION: &str = "55.2.0";
 /// The releases of the `datafusion` package its tables can be registered in: those built
 /// with the same datafusion-ffi (55.2.0).
 const DATAFUSION_PYTHON: &str = "55.0";
-
-/// The consumers an exhausted pool's error names.
-const TOP_CONSUMERS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(5).unwrap();
 
 /// The tokio runtime every table of the process plans and streams on.
 fn tokio() -> PyResult<&'static tokio::runtime::Runtime> {
@@ -135,10 +132,11 @@ impl PyLakeCache {
             Some(limit) => {
                 let limit = config::parse_bytes("memory_limit", &text_of(limit)?)
                     .map_err(|e| error("LakeCache", e))?;
-                // As RuntimeEnvBuilder::with_memory_limit makes its pool: an error of an
-                // exhausted pool names its five largest consumers.
-                let pool = GreedyMemoryPool::new(usize::try_from(limit).unwrap_or(usize::MAX));
-                Some(Arc::new(TrackConsumersPool::new(pool, TOP_CONSUMERS)) as Arc<dyn MemoryPool>)
+                // The pool a session's `memory_limit` makes, made once for every session.
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                RuntimeEnvBuilder::new()
+                    .with_memory_limit(limit, 1.0)
+                    .memory_pool
             }
         };
         Ok(Self {
@@ -336,18 +334,19 @@ mod testkit {
     use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
     use object_store::path::Path;
 
-    /// The store of `url`'s root, made as a table's is, and the path of `url` in it.
-    pub(super) fn root_and_path(
-        url: &url::Url,
+    /// `url` parsed, the store of its root made as a table's is, and the path of `url` in it.
+    fn root_and_path(
+        url: &str,
         options: Option<HashMap<String, String>>,
-    ) -> PyResult<(Arc<dyn object_store::ObjectStore>, Path)> {
+    ) -> PyResult<(url::Url, Arc<dyn object_store::ObjectStore>, Path)> {
         let invalid = |e: &dyn std::fmt::Display| PyValueError::new_err(format!("{url}: {e}"));
-        let (_, path) = object_store::ObjectStoreScheme::parse(url).map_err(|e| invalid(&e))?;
-        let store = StoreSettings::of(url, options.unwrap_or_default())
-            .store(url)
+        let parsed = url::Url::parse(url).map_err(|e| invalid(&e))?;
+        let (_, path) = object_store::ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(&e))?;
+        let store = StoreSettings::of(&parsed, options.unwrap_or_default())
+            .store(&parsed)
             .map_err(|e| invalid(&e))?
             .ok_or_else(|| invalid(&"the testkit writes to remote stores only"))?;
-        Ok((store, path))
+        Ok((parsed, store, path))
     }
 
     /// The differential corpus: queries over a table `t` of the seeded lake.
@@ -365,9 +364,7 @@ mod testkit {
         files: usize,
         storage_options: Option<HashMap<String, String>>,
     ) -> PyResult<()> {
-        let parsed =
-            url::Url::parse(url).map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
-        let (store, prefix) = root_and_path(&parsed, storage_options)?;
+        let (_, store, prefix) = root_and_path(url, storage_options)?;
         let spec = LakeSpec::small_files(files);
         py.detach(|| {
             tokio()?.block_on(async move {
@@ -378,18 +375,11 @@ mod testkit {
             })
         })
     }
-}
 
-/// Writes a Delta table of `files` commits of the seeded small-files lake under `url`.
-#[cfg(all(feature = "testkit", feature = "delta"))]
-mod testkit_delta {
-    use super::*;
-    use datafusion_lakecache::testkit::delta::delta_batch;
-    use datafusion_lakecache::testkit::lake::LakeSpec;
-    use deltalake_core::DeltaTable;
-    use deltalake_core::logstore::{StorageConfig, default_logstore};
-    use deltalake_core::protocol::SaveMode;
-
+    /// Writes a Delta table of `files` commits of the seeded small-files lake under `url`,
+    /// through a log store of its own, not one from delta-rs's registry: the table is then
+    /// read with what the module itself registers.
+    #[cfg(feature = "delta")]
     #[pyfunction]
     #[pyo3(signature = (url, files, storage_options = None))]
     pub(super) fn write_delta_table(
@@ -398,11 +388,12 @@ mod testkit_delta {
         files: usize,
         storage_options: Option<HashMap<String, String>>,
     ) -> PyResult<()> {
-        let table_url =
-            url::Url::parse(url).map_err(|e| PyValueError::new_err(format!("{url}: {e}")))?;
-        let (root, _) = super::testkit::root_and_path(&table_url, storage_options)?;
-        // Its own log store, not one from delta-rs's registry: the table is then read with
-        // what the module itself registers.
+        use datafusion_lakecache::testkit::delta::delta_batch;
+        use deltalake_core::DeltaTable;
+        use deltalake_core::logstore::{StorageConfig, default_logstore};
+        use deltalake_core::protocol::SaveMode;
+
+        let (table_url, root, _) = root_and_path(url, storage_options)?;
         let config = StorageConfig::default();
         let prefixed = config
             .decorate_store(Arc::clone(&root), &table_url)
@@ -436,8 +427,8 @@ fn _lakecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     {
         m.add_function(wrap_pyfunction!(testkit::corpus, m)?)?;
         m.add_function(wrap_pyfunction!(testkit::write_small_files, m)?)?;
+        #[cfg(feature = "delta")]
+        m.add_function(wrap_pyfunction!(testkit::write_delta_table, m)?)?;
     }
-    #[cfg(all(feature = "testkit", feature = "delta"))]
-    m.add_function(wrap_pyfunction!(testkit_delta::write_delta_table, m)?)?;
     Ok(())
 }

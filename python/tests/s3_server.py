@@ -1,6 +1,7 @@
 """The S3 server the Rust tests use (scripts/with-s3), as the Python tests and the benchmark
 reach it: its endpoint and bucket, the options of a table over it, datafusion-python's own
-session over it, and the requests the caches sent to a store."""
+session over it and one with the module's table, and the requests the caches sent to a
+store."""
 
 import os
 
@@ -43,6 +44,14 @@ def vanilla(url, endpoint, bucket):
     ctx = datafusion.SessionContext()
     ctx.register_object_store("s3://", store, bucket)
     ctx.register_parquet("t", url)
+    return ctx
+
+
+def lake_table(lake, url, endpoint, key=KEY):
+    """A session with the Parquet files at `url` as table `t`, a table of `lake` signed with
+    `key`."""
+    ctx = datafusion.SessionContext()
+    ctx.register_table("t", lake.parquet_table(url, storage_options=options(endpoint, key)))
     return ctx
 
 

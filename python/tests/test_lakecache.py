@@ -7,7 +7,7 @@ import uuid
 
 import datafusion
 import pytest
-from s3_server import options, requests, server, vanilla
+from s3_server import lake_table, options, requests, server, vanilla
 
 import datafusion_lakecache as lc
 from datafusion_lakecache import _lakecache
@@ -43,9 +43,7 @@ def plain(url):
 
 def cached(lake, url, key="lakecache"):
     endpoint, _ = s3()
-    ctx = datafusion.SessionContext()
-    ctx.register_table("t", lake.parquet_table(url, storage_options=options(endpoint, key)))
-    return ctx
+    return lake_table(lake, url, endpoint, key)
 
 
 def rows(ctx, sql):
