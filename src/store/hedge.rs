@@ -1,6 +1,13 @@
 //! Hedged requests: a GET still waiting for its first byte past the 95th percentile of this
-//! store's recent ones is sent a second time; the first answer wins and the other request is
-//! dropped (its connection closed). Object stores have long tails (a few requests in a
+//! store's recent ones is sent a second time; the first success wins and the other request is
+//! dropped (its connection closed), and the read fails only when every attempt has failed.
+//!
+//! Only requests slow at the store are copied, not those queued behind their own burst: a
+//! registration sends hundreds of footer reads at once, and on a small machine their answers
+//! spread over several round trips while each waits for the ones sent before it. A request
+//! counts as on its way to the store once all but one in [`MAX_SHARE`] of the requests that
+//! were waiting when it was sent have been answered; its wait (for hedging, and for the
+//! percentile) is counted from then. Object stores have long tails (a few requests in a
 //! hundred take many times the median), and a scan waits for its slowest read, so one slow
 //! request in a few hundred sets the query's time; the second request rarely is slow too.
 //!
@@ -10,7 +17,7 @@
 //! copy, guarded by the same `If-Match`, so a hedge reads the same version or fails the same
 //! way.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -28,7 +35,8 @@ const WINDOW: usize = 256;
 /// process's first scan is the one that waits longest; with few, the percentile is their
 /// slowest.
 const MIN_SAMPLES: usize = 8;
-/// How often a request that began before enough times were known looks again.
+/// How often a request that began before enough times were known, or is still behind the
+/// requests sent before it, looks again (at least: a quarter of the threshold once known).
 const LOOK_AGAIN: Duration = Duration::from_millis(5);
 /// A request still waiting past this share of the recent ones (95th percentile) is hedged.
 const PERCENTILE: f64 = 0.95;
@@ -82,6 +90,37 @@ pub(crate) struct Hedger {
     median_nanos: AtomicU64,
     requests: AtomicU64,
     hedged: AtomicU64,
+    /// The number of the next request sent.
+    next: AtomicU64,
+    /// The requests waiting for their answer now, by number.
+    waiting: Mutex<BTreeSet<u64>>,
+}
+
+/// One request waiting: its number, and how many were waiting when it was sent.
+struct Waiting<'a> {
+    hedger: &'a Hedger,
+    number: u64,
+    ahead: usize,
+}
+
+impl Waiting<'_> {
+    /// Whether the requests sent before this one are answered, all but one in [`MAX_SHARE`]
+    /// of those that were waiting when it was sent: it is not queued behind them any more.
+    fn on_its_way(&self) -> bool {
+        let waiting = lock(&self.hedger.waiting);
+        let before = waiting.range(..self.number).count();
+        before as u64 * MAX_SHARE <= self.ahead as u64
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(&self.hedger.waiting).remove(&self.number);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Hedger {
@@ -94,12 +133,28 @@ impl Hedger {
             median_nanos: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
+            next: AtomicU64::new(0),
+            waiting: Mutex::default(),
+        }
+    }
+
+    /// Notes a request sent now, until the returned guard is dropped.
+    fn waiting(&self) -> Waiting<'_> {
+        let number = self.next.fetch_add(1, Relaxed);
+        let mut waiting = lock(&self.waiting);
+        let ahead = waiting.len();
+        waiting.insert(number);
+        Waiting {
+            hedger: self,
+            number,
+            ahead,
         }
     }
 
     /// Runs `request` (a GET up to its response, not its body), sending it again if it is
-    /// still waiting past the recent 95th percentile and the budget allows (and once more if
-    /// the copy waits as long); the first answer wins, the others are dropped.
+    /// still waiting past the recent 95th percentile (counted from when it was on its way,
+    /// see the module docs) and the budget allows (and once more if the copy waits as long);
+    /// the first success wins, the others are dropped.
     pub async fn run<T, E, F, Fut>(&self, request: F) -> Result<T, E>
     where
         F: Fn() -> Fut,
@@ -111,24 +166,34 @@ impl Hedger {
         if !self.figures.enabled {
             return self.noted(began, request().await);
         }
+        let waiting = self.waiting();
         let mut attempts = FuturesUnordered::new();
         attempts.push(attempt(0, &self.figures, request()));
-        // When the latest copy went out: the next one waits a threshold from then. A request
-        // that began before the store's times were known (the first ones of a process) looks
-        // again as they come.
-        let mut sent_at = began;
+        // When the request was on its way (see the module docs), then when the latest copy
+        // went out: the next one waits a threshold from then. A request that began before the
+        // store's times were known (the first ones of a process) looks again as they come.
+        let mut on_its_way = (waiting.ahead == 0).then_some(began);
+        let mut copied_at = None;
+        // The first error an attempt returned, reported only if every attempt fails.
+        let mut first_error = None;
+        let mut sent = 1;
         loop {
-            let wait = match self.threshold() {
-                Some(after) => after.checked_sub(sent_at.elapsed()),
-                None => Some(LOOK_AGAIN),
+            if on_its_way.is_none() && waiting.on_its_way() {
+                on_its_way = Some(Instant::now());
+            }
+            let wait = match (self.threshold(), copied_at.or(on_its_way)) {
+                (Some(after), Some(sent_at)) => after.checked_sub(sent_at.elapsed()),
+                // Still behind the requests sent before it: queued, not slow.
+                (Some(after), None) => Some((after / 4).max(LOOK_AGAIN)),
+                (None, _) => Some(LOOK_AGAIN),
             };
             let wait = match wait {
                 Some(left) if !left.is_zero() => left,
                 // Past the threshold: one more copy, if the budget allows, else just wait.
-                _ if attempts.len() < MAX_ATTEMPTS && self.take_budget() => {
-                    let copy = attempts.len();
-                    attempts.push(attempt(copy, &self.figures, request()));
-                    sent_at = Instant::now();
+                _ if sent < MAX_ATTEMPTS && self.take_budget() => {
+                    attempts.push(attempt(sent, &self.figures, request()));
+                    sent += 1;
+                    copied_at = Some(Instant::now());
                     continue;
                 }
                 _ => Duration::MAX,
@@ -141,11 +206,26 @@ impl Hedger {
                     Either::Right(_) => continue,
                 },
             };
-            if let Some((copy, answer)) = answered {
-                if copy > 0 {
-                    self.figures.won.fetch_add(1, Relaxed);
+            match answered {
+                Some((copy, Ok(answer))) => {
+                    if copy > 0 {
+                        self.figures.won.fetch_add(1, Relaxed);
+                    }
+                    // The store's own time: from when the request was on its way (a copy's,
+                    // from when the latest went out).
+                    let from = if copy == 0 { on_its_way } else { copied_at };
+                    return self.noted(from.unwrap_or(began), Ok(answer));
                 }
-                return self.noted(began, answer);
+                // A failed attempt does not end the request while another may still answer:
+                // a copy that met a reset connection or a 503 must not fail a read the
+                // original would have served, nor the other way round.
+                Some((_, Err(e))) if attempts.is_empty() => {
+                    return self.noted(began, Err(first_error.take().unwrap_or(e)));
+                }
+                Some((_, Err(e))) => {
+                    first_error.get_or_insert(e);
+                }
+                None => {}
             }
         }
     }
@@ -293,6 +373,116 @@ mod tests {
         assert!(
             answers.iter().all(|&n| n != 0),
             "the slow one was answered by its copy"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_a_burst_the_request_slow_at_the_store_is_copied_not_those_queued() {
+        // 200 requests sent at once to a store that serves 4 at a time, 2 ms each (the last
+        // is answered after about 100 ms), but takes 2 s over the 38th.
+        let h = Arc::new(hedger());
+        let server = Arc::new(tokio::sync::Semaphore::new(4));
+        let answers = futures::future::join_all((0..200usize).map(|i| {
+            let (h, server) = (Arc::clone(&h), Arc::clone(&server));
+            async move {
+                let attempts = AtomicUsize::new(0);
+                let answer = h
+                    .run(|| {
+                        let attempt = attempts.fetch_add(1, Relaxed);
+                        let server = Arc::clone(&server);
+                        async move {
+                            let _serving = server.acquire().await.unwrap();
+                            let slow = i == 37 && attempt == 0;
+                            let time = if slow { 2000 } else { 2 };
+                            tokio::time::sleep(Duration::from_millis(time)).await;
+                            Ok::<usize, ()>(attempt)
+                        }
+                    })
+                    .await;
+                (i, answer.unwrap())
+            }
+        }))
+        .await;
+        let (_, attempt) = answers[37];
+        assert!(attempt > 0, "the slow request was answered by a copy");
+        let hedged = h.figures.hedged.load(Relaxed);
+        assert!(hedged * MAX_SHARE <= 200, "{hedged}");
+    }
+
+    #[tokio::test]
+    async fn a_copy_that_fails_does_not_fail_the_request_its_original_answers() {
+        let h = seasoned(100, Duration::from_millis(5));
+        let sent = AtomicUsize::new(0);
+        // The original answers after 1 s; its copies go out past the usual 5 ms and fail at
+        // once (a reset connection, a 503).
+        let answer = h
+            .run(|| {
+                let n = sent.fetch_add(1, Relaxed);
+                async move {
+                    match n {
+                        0 => {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            Ok(n)
+                        }
+                        _ => Err("connection reset"),
+                    }
+                }
+            })
+            .await;
+        assert_eq!(answer, Ok(0), "the original's answer");
+        assert!(h.figures.hedged.load(Relaxed) >= 1, "a copy went out");
+        assert_eq!(h.figures.won.load(Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn an_original_that_fails_waits_for_its_copy() {
+        let h = seasoned(100, Duration::from_millis(5));
+        let sent = AtomicUsize::new(0);
+        // The original fails after 200 ms, long after its copy went out; the copy answers
+        // after 400 ms.
+        let answer = h
+            .run(|| {
+                let n = sent.fetch_add(1, Relaxed);
+                async move {
+                    match n {
+                        0 => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            Err("503")
+                        }
+                        _ => {
+                            tokio::time::sleep(Duration::from_millis(400)).await;
+                            Ok(n)
+                        }
+                    }
+                }
+            })
+            .await;
+        assert!(matches!(answer, Ok(n) if n > 0), "{answer:?}");
+        assert_eq!(h.figures.won.load(Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_fails_only_when_every_attempt_failed() {
+        let h = seasoned(100, Duration::from_millis(5));
+        let sent = AtomicUsize::new(0);
+        // Copies fail at once; the original fails after 1 s: the request waits for it.
+        let began = Instant::now();
+        let answer: Result<usize, String> = h
+            .run(|| {
+                let n = sent.fetch_add(1, Relaxed);
+                async move {
+                    if n == 0 {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Err(format!("attempt {n} failed"))
+                }
+            })
+            .await;
+        assert!(answer.is_err());
+        assert!(
+            began.elapsed() >= Duration::from_secs(1),
+            "{:?}",
+            began.elapsed()
         );
     }
 
