@@ -7,12 +7,7 @@ use std::time::Duration;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
-use datafusion::execution::cache::TableScopedPath;
-use datafusion::execution::cache::cache_manager::{
-    CacheManagerConfig, CachedFileMetadata, CachedFileMetadataEntry,
-    DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
-};
-use datafusion::execution::cache::default_cache::DefaultCache;
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use object_store::path::Path;
 
 use crate::config::{self, Settings, setting_table};
@@ -23,7 +18,7 @@ use crate::prefetch::FooterWarmup;
 use crate::range::RangeCache;
 use crate::sql::{Clearing, StatsSource};
 use crate::stats::{Activity, LakeStats};
-use crate::store::{Caches, CheckedCache};
+use crate::store::{Caches, datafusion_caches};
 use crate::table::{NamesFilesByLog, ScanCaches};
 
 /// The shared state of the crate: one per process, cheap to clone, shared by every session
@@ -119,7 +114,7 @@ impl LakeCache {
     /// ```
     pub fn install(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
         let source: Arc<dyn StatsSource> = Arc::new(self.clone());
-        crate::sql::install(builder, &self.scans, self.session_caches(), source)
+        crate::sql::install(builder, &self.scans, source)
     }
 
     /// DataFusion's cache configuration for a runtime of one's own (a Ballista executor's, a
@@ -142,26 +137,8 @@ impl LakeCache {
     /// ```
     pub fn cache_manager_config(&self) -> CacheManagerConfig {
         let list_ttl = self.scans.settings.handle.list_ttl;
-        self.datafusion_caches()
+        datafusion_caches(&self.scans.caches, None)
             .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
-    }
-
-    /// DataFusion's own caches for one installed session: as
-    /// [`LakeCache::cache_manager_config`], but with DataFusion's listing cache off, since
-    /// the store wrapper caches listings (and drops them when a version changes).
-    fn session_caches(&self) -> CacheManagerConfig {
-        self.datafusion_caches().with_list_files_cache_limit(0)
-    }
-
-    /// A footer and a statistics cache of DataFusion's, checked against known versions.
-    fn datafusion_caches(&self) -> CacheManagerConfig {
-        let handles = self.handles();
-        let footers: DefaultCache<Path, CachedFileMetadataEntry> =
-            DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("DefaultFileMetadataCache");
-        let footers = CheckedCache::new(Arc::new(footers), handles);
-        CacheManagerConfig::default()
-            .with_file_metadata_cache(Some(Arc::new(footers)))
-            .with_file_statistics_cache(Some(Arc::new(statistics(handles))))
     }
 
     /// A snapshot of every cache's figures.
@@ -210,14 +187,6 @@ impl LakeCache {
         self.index().clear();
         self.ranges().clear();
     }
-}
-
-/// DataFusion's statistics cache, checked against the versions `handles` knows.
-fn statistics(handles: &HandleCache) -> CheckedCache<TableScopedPath, CachedFileMetadata> {
-    let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
-        DefaultCache::new(DEFAULT_FILE_STATISTICS_MEMORY_LIMIT)
-            .with_name("DefaultFileStatisticsCache");
-    CheckedCache::new(Arc::new(statistics), handles)
 }
 
 impl StatsSource for LakeCache {

@@ -74,6 +74,8 @@ pub type SessionBuilder = Arc<dyn Fn(SessionConfig) -> Result<SessionState> + Se
 #[derive(Debug, Clone)]
 pub struct LakeBallista {
     lake: LakeCache,
+    /// Every store the process hands out, wrapped once.
+    registry: Arc<LakeObjectStoreRegistry>,
     runtime: Arc<RuntimeEnv>,
     figures: Arc<ProcessFigures>,
 }
@@ -84,14 +86,12 @@ impl LakeBallista {
     /// is wrapped once, so what a store has shown it can read holds for every session.
     pub fn new(lake: LakeCache, stores: Arc<dyn ObjectStoreRegistry>) -> Result<Self> {
         let caches = AsRef::<Caches>::as_ref(&lake);
-        let registry = LakeObjectStoreRegistry::new(stores, caches);
-        let runtime = RuntimeEnvBuilder::new()
-            .with_object_store_registry(Arc::new(registry))
-            .with_cache_manager(lake.cache_manager_config())
-            .build_arc()?;
+        let registry = Arc::new(LakeObjectStoreRegistry::new(stores, caches));
+        let runtime = runtime_over(&registry, &lake)?;
         let figures = Arc::new(ProcessFigures::new(lake.clone()));
         Ok(Self {
             lake,
+            registry,
             runtime,
             figures,
         })
@@ -135,10 +135,14 @@ impl LakeBallista {
         Arc::new(move |_| Ok(Arc::clone(&runtime)))
     }
 
-    /// The scheduler's sessions: Ballista's defaults over this process's runtime, so the
-    /// listings and footers the scheduler reads to plan are cached too.
+    /// The scheduler's sessions: Ballista's defaults, each over a runtime of its own (as
+    /// Ballista makes one per session) with this process's wrapped stores, so the listings
+    /// and footers the scheduler reads to plan are cached too. DataFusion's footer and
+    /// statistics caches, keyed by path (and table name) alone, are each session's: a client's
+    /// table `t` never plans with another client's statistics of a file at the same path.
     pub fn session_builder(&self) -> SessionBuilder {
-        session_builder(self.runtime())
+        let (registry, lake) = (Arc::clone(&self.registry), self.lake.clone());
+        session_builder(move || runtime_over(&registry, &lake))
     }
 
     /// Ballista's logical codec, which also carries [`LakeTable`](crate::LakeTable)s and
@@ -218,13 +222,27 @@ impl LakeBallista {
     }
 }
 
-/// Ballista's default scheduler sessions, over `runtime`.
-pub(crate) fn session_builder(runtime: Arc<RuntimeEnv>) -> SessionBuilder {
+/// A runtime over `registry` with DataFusion's caches as `lake` configures them for a
+/// runtime of one's own.
+fn runtime_over(
+    registry: &Arc<LakeObjectStoreRegistry>,
+    lake: &LakeCache,
+) -> Result<Arc<RuntimeEnv>> {
+    RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::clone(registry) as Arc<dyn ObjectStoreRegistry>)
+        .with_cache_manager(lake.cache_manager_config())
+        .build_arc()
+}
+
+/// Ballista's default scheduler sessions, each over the runtime `runtime` makes for it.
+pub(crate) fn session_builder(
+    runtime: impl Fn() -> Result<Arc<RuntimeEnv>> + Send + Sync + 'static,
+) -> SessionBuilder {
     Arc::new(move |config| {
         Ok(SessionStateBuilder::new()
             .with_default_features()
             .with_config(config)
-            .with_runtime_env(Arc::clone(&runtime))
+            .with_runtime_env(runtime()?)
             .with_optimizer_rules(ballista_core::optimizer::ballista_default_optimizer_rules())
             .with_scalar_functions(ballista_scalar_functions())
             .with_aggregate_functions(ballista_aggregate_functions())
@@ -242,4 +260,34 @@ pub(crate) fn ballista_config() -> SessionConfig {
         .execution
         .enable_file_stream_work_stealing = false;
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::object_store::DefaultObjectStoreRegistry;
+
+    #[test]
+    fn each_scheduler_session_has_datafusions_path_keyed_caches_of_its_own() {
+        // DataFusion keys its footer and statistics caches by path (and table name) alone:
+        // shared by every client's session, one client's table `t` would plan with another's
+        // statistics of a file at the same path. Each session gets its own, as in plain
+        // Ballista, over the process's one set of wrapped stores.
+        let lake = LakeCache::builder().build().unwrap();
+        let setup = LakeBallista::new(lake, Arc::new(DefaultObjectStoreRegistry::new())).unwrap();
+        let sessions = setup.session_builder();
+        let (a, b) = (
+            sessions(setup.config()).unwrap(),
+            sessions(setup.config()).unwrap(),
+        );
+        let (a, b) = (a.runtime_env(), b.runtime_env());
+        let footers = |r: &Arc<RuntimeEnv>| r.cache_manager.get_file_metadata_cache();
+        assert!(!Arc::ptr_eq(&footers(a), &footers(b)));
+        let statistics = |r: &Arc<RuntimeEnv>| r.cache_manager.get_file_statistic_cache().unwrap();
+        assert!(!Arc::ptr_eq(&statistics(a), &statistics(b)));
+        assert!(Arc::ptr_eq(
+            &a.object_store_registry,
+            &b.object_store_registry
+        ));
+    }
 }

@@ -10,11 +10,11 @@
 mod files;
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use moka::notification::RemovalCause;
 use moka::sync::Cache;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
@@ -23,7 +23,7 @@ pub use files::max_open_files_allowed;
 pub(crate) use files::{OpenFile, OpenFiles};
 
 use crate::config::HandleConfig;
-use crate::object::{ObjectId, ObjectVersion, StoreIdentity, StoreKey};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator};
 use crate::stats::{CacheCounters, HandleStats, settle};
 
 /// Which kind of listing a cached result answers.
@@ -71,10 +71,33 @@ pub(crate) struct Seen {
 /// A proof of access: this identity's store answered a HEAD or a GET for this version.
 type ProofKey = (StoreIdentity, ObjectVersion);
 
-/// Which identities hold metadata of each path, so entries keyed by path alone (DataFusion's)
-/// can be checked against every version the caches know of it, and an object can be
-/// forgotten for everyone.
-type PathIndex = Arc<Mutex<HashMap<Path, Vec<Seen>>>>;
+/// When a request began, as the handle cache counts: what its answer shows is recorded over
+/// what was recorded before it began, never over what another request's answer recorded
+/// since (older news: the object may have been rewritten in between), and a listing records
+/// nothing once an invalidation came after it began (it may have missed the write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Epoch {
+    invalidations: u64,
+    recordings: u64,
+}
+
+/// Locks recordings are spread over (see `Inner::recording`).
+const RECORDING_STRIPES: usize = 64;
+
+/// Metadata as recorded, with the token of that recording. The path index holds a token per
+/// entry the cache holds, and each removal (replaced, expired, evicted, invalidated) takes
+/// out its own: the removal of an older entry under the same key (expired and not yet swept
+/// when a new one was recorded over it) never unindexes the new one.
+#[derive(Debug, Clone)]
+struct Recorded {
+    meta: ObjectMeta,
+    token: u64,
+}
+
+/// Which identities hold metadata of each path (a pair per entry held, with its token), so
+/// entries keyed by path alone (DataFusion's) can be checked against every version the caches
+/// know of it, and an object can be forgotten for everyone.
+type PathIndex = Arc<Mutex<HashMap<Path, Vec<(Seen, u64)>>>>;
 
 /// Process-wide cache of object handles: metadata, listings and local file descriptors, and
 /// what each store identity has shown it can read.
@@ -105,7 +128,12 @@ impl std::fmt::Debug for HandleCache {
 
 struct Inner {
     config: HandleConfig,
-    metas: Cache<Seen, ObjectMeta>,
+    metas: Cache<Seen, Recorded>,
+    /// The token of the next recording.
+    next_token: AtomicU64,
+    /// Held while a recording reads what is recorded and replaces it, by the hash of its
+    /// key: two answers recorded at once never both replace the same entry.
+    recording: [Mutex<()>; RECORDING_STRIPES],
     meta_counters: Arc<CacheCounters>,
     lists: Cache<ListKey, Arc<Listing>>,
     list_counters: Arc<CacheCounters>,
@@ -132,11 +160,9 @@ impl HandleCache {
         )
         .eviction_listener({
             let (c, paths) = (Arc::clone(&meta_counters), Arc::clone(&paths));
-            move |key: Arc<Seen>, _, cause| {
+            move |key: Arc<Seen>, gone: Recorded, cause| {
                 c.removed(cause);
-                if cause != RemovalCause::Replaced {
-                    unindex(&paths, &key);
-                }
+                unindex(&paths, &key, gone.token);
             }
         })
         .build();
@@ -178,6 +204,8 @@ impl HandleCache {
             inner: Arc::new(Inner {
                 config,
                 metas,
+                next_token: AtomicU64::new(0),
+                recording: std::array::from_fn(|_| Mutex::new(())),
                 meta_counters,
                 lists,
                 list_counters,
@@ -237,7 +265,7 @@ impl HandleCache {
         seen: &Seen,
         served: impl FnOnce(&ObjectMeta) -> bool,
     ) -> Option<ObjectMeta> {
-        let found = self.inner.metas.get(seen).filter(|m| served(m));
+        let found = self.peek(seen).filter(|m| served(m));
         match &found {
             Some(_) => self.inner.meta_counters.hit(),
             None => self.inner.meta_counters.miss(),
@@ -247,19 +275,30 @@ impl HandleCache {
 
     /// The metadata `seen` recorded, if any, without counting a lookup.
     pub(crate) fn peek(&self, seen: &Seen) -> Option<ObjectMeta> {
-        self.inner.metas.get(seen)
+        self.inner.metas.get(seen).map(|r| r.meta)
     }
 
-    /// Records metadata a response or a listing of a store of `identity` showed. The same
-    /// version as the one recorded keeps the entry (completed with a strong e_tag it lacked);
-    /// another version replaces it, is counted, and drops the identity's listings that still
-    /// hold the old one. Returns the replaced version's metadata, whose other entries the
-    /// caller drops.
+    /// Keeps `meta` as what `seen` recorded, indexed by its path under a token of its own.
+    fn put(&self, seen: Seen, meta: ObjectMeta) {
+        let token = self.inner.next_token.fetch_add(1, Relaxed);
+        self.index_path(&seen, token);
+        self.inner.metas.insert(seen, Recorded { meta, token });
+    }
+
+    /// Records metadata a response or a listing of a store of `identity` showed, of a request
+    /// that began at `since`. The same version as the one recorded keeps the entry
+    /// (completed with a strong e_tag it lacked); another version replaces it, is counted,
+    /// and drops the identity's listings that still hold the old one. If that other version
+    /// was recorded after the request began, the answers of two requests in flight at once
+    /// disagree and neither can be told the newer: nothing is recorded, and the next read
+    /// asks the store. Returns the version's metadata that is no longer recorded, whose
+    /// other entries the caller drops.
     pub(crate) fn record(
         &self,
         identity: &StoreIdentity,
         store: &StoreKey,
         meta: &ObjectMeta,
+        since: Epoch,
     ) -> Option<ObjectMeta> {
         if !self.inner.config.enabled {
             return None;
@@ -272,8 +311,15 @@ impl HandleCache {
             },
         };
         let version = |m: &ObjectMeta| ObjectVersion::new(store.clone(), identity, m);
-        match self.inner.metas.get(&seen) {
-            Some(cached) if version(&cached).matches(meta) => {
+        let stripe = {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            seen.hash(&mut hasher);
+            hasher.finish() as usize % RECORDING_STRIPES
+        };
+        let _recording = lock(&self.inner.recording[stripe]);
+        let recorded = self.inner.metas.get(&seen);
+        match recorded.map(|r| (r.meta, r.token)) {
+            Some((cached, _)) if version(&cached).matches(meta) => {
                 if !version(&cached).pins_bytes() && version(meta).pins_bytes() {
                     // Learn the validator a listing left out: reads of the object can then be
                     // guarded by it (and its bytes kept). The listing's time stays, as
@@ -284,19 +330,24 @@ impl HandleCache {
                         version: meta.version.clone(),
                         ..cached
                     };
-                    self.inner.metas.insert(seen, learned);
+                    self.put(seen, learned);
                 }
                 None
             }
-            Some(old) => {
+            Some((old, token)) if token >= since.recordings => {
                 self.inner.version_changes.fetch_add(1, Relaxed);
-                self.inner.metas.insert(seen.clone(), meta.clone());
+                self.inner.metas.invalidate(&seen);
+                self.invalidate_listings(&seen);
+                Some(old)
+            }
+            Some((old, _)) => {
+                self.inner.version_changes.fetch_add(1, Relaxed);
+                self.put(seen.clone(), meta.clone());
                 self.invalidate_listings(&seen);
                 Some(old)
             }
             None => {
-                self.index_path(&seen);
-                self.inner.metas.insert(seen, meta.clone());
+                self.put(seen, meta.clone());
                 None
             }
         }
@@ -309,12 +360,12 @@ impl HandleCache {
         identity: &StoreIdentity,
         store: &StoreKey,
         meta: &ObjectMeta,
-        epoch: u64,
+        epoch: Epoch,
     ) -> Option<ObjectMeta> {
-        if self.epoch() != epoch {
+        if self.epoch().invalidations != epoch.invalidations {
             return None;
         }
-        self.record(identity, store, meta)
+        self.record(identity, store, meta, epoch)
     }
 
     /// Counts a response that showed another version than a reader asked for.
@@ -332,16 +383,20 @@ impl HandleCache {
         found
     }
 
-    /// The current invalidation epoch; pass it to [`HandleCache::record_listing`].
-    pub(crate) fn epoch(&self) -> u64 {
-        self.inner.epoch.load(Relaxed)
+    /// Now, as a request about to be sent takes it: pass it to [`HandleCache::record`] with
+    /// what its answer showed (to [`HandleCache::record_listing`] for a listing).
+    pub(crate) fn epoch(&self) -> Epoch {
+        Epoch {
+            invalidations: self.inner.epoch.load(Relaxed),
+            recordings: self.inner.next_token.load(Relaxed),
+        }
     }
 
     /// Caches a complete listing. A listing with more objects than the capacity is not kept,
     /// nor one that started (at `epoch`) before an invalidation: it may have missed the write
     /// that caused it.
-    pub(crate) fn record_listing(&self, key: ListKey, listing: Listing, epoch: u64) {
-        if self.epoch() != epoch || !self.inner.config.enabled {
+    pub(crate) fn record_listing(&self, key: ListKey, listing: Listing, epoch: Epoch) {
+        if self.epoch().invalidations != epoch.invalidations || !self.inner.config.enabled {
             return;
         }
         if self.listing_fits(listing.objects.len()) {
@@ -453,10 +508,11 @@ impl HandleCache {
 
     /// Drops what every identity recorded of object `id`.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
-        let seen: Vec<Seen> = lock(&self.inner.paths)
-            .get(&id.path)
-            .map(|all| all.iter().filter(|s| &s.id == id).cloned().collect())
-            .unwrap_or_default();
+        let seen: Vec<Seen> = self
+            .seen_at(&id.path)
+            .into_iter()
+            .filter(|s| &s.id == id)
+            .collect();
         for s in &seen {
             self.invalidate_seen(s);
         }
@@ -512,7 +568,7 @@ impl HandleCache {
             identity: identity.clone(),
             id: seen.id().clone(),
         };
-        match self.inner.metas.get(&key) {
+        match self.peek(&key) {
             Some(cached) if seen.matches(&cached) => {
                 if seen.pins_bytes() {
                     return (seen, true);
@@ -540,26 +596,51 @@ impl HandleCache {
         (known.pins_bytes() && version.matches(&cached)).then_some(known)
     }
 
-    /// Whether some store's recorded metadata shows `path` at a version `meta` is not: then
-    /// an entry keyed by path alone and made for `meta` may be another version's.
-    pub(crate) fn contradicts(&self, path: &Path, meta: &ObjectMeta) -> bool {
-        let seen = lock(&self.inner.paths)
-            .get(path)
-            .cloned()
-            .unwrap_or_default();
-        seen.into_iter().any(|s| {
-            self.peek(&s).is_some_and(|cached| {
-                !ObjectVersion::new(s.id.store.clone(), &s.identity, &cached).matches(meta)
-            })
+    /// Whether an entry keyed by path alone and made for `meta` may be another version's than
+    /// the one a store of `scope` (every identity if `None`) reads: some store's recorded
+    /// metadata shows `path` at a version `meta` is not; or `meta`'s version does not name its
+    /// bytes and more than one store of the scope has shown the path (such a version is told
+    /// apart only within one store: two stores may show the same counter for other bytes).
+    pub(crate) fn contradicts(
+        &self,
+        path: &Path,
+        meta: &ObjectMeta,
+        scope: Option<&[StoreIdentity]>,
+    ) -> bool {
+        let named_by_content = Validator::of(meta).names_content();
+        let mut in_scope = 0;
+        self.seen_at(path).into_iter().any(|s| {
+            let Some(cached) = self.peek(&s) else {
+                return false;
+            };
+            if !ObjectVersion::new(s.id.store.clone(), &s.identity, &cached).matches(meta) {
+                return true;
+            }
+            if !named_by_content && scope.is_none_or(|ids| ids.contains(&s.identity)) {
+                in_scope += 1;
+            }
+            in_scope > 1
         })
     }
 
-    fn index_path(&self, seen: &Seen) {
-        let mut paths = lock(&self.inner.paths);
-        let all = paths.entry(seen.id.path.clone()).or_default();
-        if !all.contains(seen) {
-            all.push(seen.clone());
+    /// Each identity and store that recorded metadata of `path`, once.
+    fn seen_at(&self, path: &Path) -> Vec<Seen> {
+        let paths = lock(&self.inner.paths);
+        let mut seen: Vec<Seen> = Vec::new();
+        for (s, _) in paths.get(path).into_iter().flatten() {
+            if !seen.contains(s) {
+                seen.push(s.clone());
+            }
         }
+        seen
+    }
+
+    fn index_path(&self, seen: &Seen, token: u64) {
+        let mut paths = lock(&self.inner.paths);
+        paths
+            .entry(seen.id.path.clone())
+            .or_default()
+            .push((seen.clone(), token));
     }
 }
 
@@ -567,10 +648,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn unindex(paths: &PathIndex, seen: &Seen) {
+/// Takes the entry recorded for `seen` under `token` out of the path index.
+fn unindex(paths: &PathIndex, seen: &Seen, token: u64) {
     let mut paths = lock(paths);
     if let Some(all) = paths.get_mut(&seen.id.path) {
-        all.retain(|s| s != seen);
+        all.retain(|(s, held)| s != seen || *held != token);
         if all.is_empty() {
             paths.remove(&seen.id.path);
         }

@@ -51,7 +51,7 @@ fn capacity_bounds_the_metadata_entries() {
     .unwrap();
     for i in 0..100 {
         let m = meta(&format!("f{i}"), i, Some("e"));
-        cache.record(&me(), &store(), &m);
+        cache.record(&me(), &store(), &m, cache.epoch());
         // Touch it again so frequency-based admission lets later keys in.
         cache.meta(&seen(&format!("f{i}")), |_| true);
     }
@@ -68,7 +68,7 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
     let key = list_key("dir");
     let other = list_key("dirx");
     let old = meta("dir/a", 10, Some("v1"));
-    cache.record(&me(), &store(), &old);
+    cache.record(&me(), &store(), &old, cache.epoch());
     for k in [&key, &other] {
         let listing = Listing {
             objects: vec![old.clone()],
@@ -76,7 +76,12 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
         };
         cache.record_listing(k.clone(), listing, cache.epoch());
     }
-    cache.record(&me(), &store(), &meta("dir/a", 12, Some("v2")));
+    cache.record(
+        &me(),
+        &store(),
+        &meta("dir/a", 12, Some("v2")),
+        cache.epoch(),
+    );
     assert_eq!(cache.meta(&seen("dir/a"), |_| true).unwrap().size, 12);
     assert!(
         cache.listing(&key).is_none(),
@@ -105,10 +110,15 @@ fn a_listing_that_began_before_an_invalidation_records_nothing() {
 #[test]
 fn a_response_with_a_version_but_the_same_e_tag_is_the_same_version() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
-    cache.record(&me(), &store(), &meta("a", 10, Some("\"x\"")));
+    cache.record(
+        &me(),
+        &store(),
+        &meta("a", 10, Some("\"x\"")),
+        cache.epoch(),
+    );
     let mut got = meta("a", 10, Some("\"x\""));
     got.version = Some("1700000000123456".into());
-    cache.record(&me(), &store(), &got);
+    cache.record(&me(), &store(), &got, cache.epoch());
     assert_eq!(cache.stats().version_changes, 0);
 }
 
@@ -116,10 +126,15 @@ fn a_response_with_a_version_but_the_same_e_tag_is_the_same_version() {
 fn a_listed_version_without_e_tag_is_completed_by_a_head() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
     let listed = meta("a", 10, None);
-    cache.record(&me(), &store(), &listed);
+    cache.record(&me(), &store(), &listed, cache.epoch());
     let (v, _) = cache.version_of(&me(), &store(), &listed);
     assert!(!v.pins_bytes());
-    cache.record(&me(), &store(), &meta("a", 10, Some("\"x\"")));
+    cache.record(
+        &me(),
+        &store(),
+        &meta("a", 10, Some("\"x\"")),
+        cache.epoch(),
+    );
     assert_eq!(cache.stats().version_changes, 0);
     let (v, hit) = cache.version_of(&me(), &store(), &listed);
     assert!(hit && v.pins_bytes(), "{v:?}");
@@ -129,11 +144,97 @@ fn a_listed_version_without_e_tag_is_completed_by_a_head() {
 fn entries_keyed_by_path_alone_are_checked_against_every_store() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
     let other = StoreKey::of(&url::Url::parse("s3://other").unwrap());
-    cache.record(&me(), &store(), &meta("t/a", 10, Some("one")));
-    assert!(!cache.contradicts(&Path::from("t/a"), &meta("t/a", 10, Some("one"))));
-    cache.record(&me(), &other, &meta("t/a", 10, Some("two")));
-    assert!(cache.contradicts(&Path::from("t/a"), &meta("t/a", 10, Some("one"))));
-    assert!(!cache.contradicts(&Path::from("t/b"), &meta("t/b", 10, Some("one"))));
+    cache.record(
+        &me(),
+        &store(),
+        &meta("t/a", 10, Some("one")),
+        cache.epoch(),
+    );
+    assert!(!cache.contradicts(&Path::from("t/a"), &meta("t/a", 10, Some("one")), None));
+    cache.record(&me(), &other, &meta("t/a", 10, Some("two")), cache.epoch());
+    assert!(cache.contradicts(&Path::from("t/a"), &meta("t/a", 10, Some("one")), None));
+    assert!(!cache.contradicts(&Path::from("t/b"), &meta("t/b", 10, Some("one")), None));
+}
+
+#[test]
+fn a_counter_e_tag_two_stores_show_alike_is_no_ones_entry() {
+    // Two stores (in-memory ones number their writes alike) show one path at the same size
+    // and e_tag "0": an entry keyed by that path alone may be either one's bytes.
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let (one, two) = (StoreIdentity::named("one"), StoreIdentity::named("two"));
+    let (at_one, at_two) = (
+        StoreKey::of(&url::Url::parse("memory://one").unwrap()),
+        StoreKey::of(&url::Url::parse("memory://two").unwrap()),
+    );
+    let counter = meta("t/f0", 10, Some("0"));
+    cache.record(&one, &at_one, &counter, cache.epoch());
+    let path = Path::from("t/f0");
+    assert!(
+        !cache.contradicts(&path, &counter, None),
+        "one store: its own"
+    );
+    cache.record(&two, &at_two, &counter, cache.epoch());
+    assert!(cache.contradicts(&path, &counter, None), "two stores");
+    // A session of store one alone still has its entries.
+    assert!(!cache.contradicts(&path, &counter, Some(std::slice::from_ref(&one))));
+    assert!(cache.contradicts(&path, &counter, Some(&[one.clone(), two.clone()])));
+    // A digest names the bytes whoever shows it.
+    let digest = meta("t/d", 10, Some("\"9e107d9d372bb6826bd81d3542a419d6\""));
+    cache.record(&one, &at_one, &digest, cache.epoch());
+    cache.record(&two, &at_two, &digest, cache.epoch());
+    assert!(!cache.contradicts(&Path::from("t/d"), &digest, None));
+}
+
+#[test]
+fn answers_of_requests_in_flight_at_once_that_disagree_record_neither() {
+    // A GET sent before the object was rewritten answers after a HEAD recorded the rewrite:
+    // which one is newer, neither tells; the older one is never recorded over the newer,
+    // and the next read asks the store.
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let get_sent = cache.epoch();
+    let head_sent = cache.epoch();
+    cache.record(&me(), &store(), &meta("t/a", 10, Some("new")), head_sent);
+    cache.record(&me(), &store(), &meta("t/a", 10, Some("old")), get_sent);
+    assert!(cache.peek(&seen("t/a")).is_none());
+    cache.record(
+        &me(),
+        &store(),
+        &meta("t/a", 10, Some("new")),
+        cache.epoch(),
+    );
+    assert_eq!(
+        cache.peek(&seen("t/a")).unwrap().e_tag.as_deref(),
+        Some("new")
+    );
+    // An answer to a request sent after it records what it shows.
+    let later = cache.epoch();
+    cache.record(&me(), &store(), &meta("t/a", 10, Some("newer")), later);
+    assert_eq!(
+        cache.peek(&seen("t/a")).unwrap().e_tag.as_deref(),
+        Some("newer")
+    );
+}
+
+#[test]
+fn recording_over_an_expired_entry_keeps_the_object_indexed() {
+    // moka reports an entry recorded over an expired one it has not swept yet as expired:
+    // that removal must not unindex the new entry, or forgetting the object leaves it.
+    let cache = HandleCache::try_new(HandleConfig {
+        ttl: Duration::from_millis(50),
+        ..HandleConfig::default()
+    })
+    .unwrap();
+    let m = meta("t/a", 10, Some("one"));
+    cache.record(&me(), &store(), &m, cache.epoch());
+    std::thread::sleep(Duration::from_millis(120));
+    cache.record(&me(), &store(), &m, cache.epoch());
+    assert!(cache.peek(&seen("t/a")).is_some(), "recorded again");
+    cache.invalidate(&id("t/a"));
+    assert!(
+        cache.peek(&seen("t/a")).is_none(),
+        "forgetting the object drops what was recorded over the expired entry"
+    );
+    assert_eq!(cache.stats().metadata.entries, 0);
 }
 
 #[test]
@@ -150,7 +251,7 @@ fn ttl_zero_never_expires_and_the_idle_timeout_does() {
     })
     .unwrap();
     for cache in [&forever, &idle] {
-        cache.record(&me(), &store(), &meta("a", 1, Some("e")));
+        cache.record(&me(), &store(), &meta("a", 1, Some("e")), cache.epoch());
     }
     std::thread::sleep(Duration::from_millis(150));
     assert!(forever.meta(&seen("a"), |_| true).is_some());
@@ -165,8 +266,8 @@ fn what_one_identity_records_and_proves_is_its_own() {
     let other = StoreIdentity::named("other");
     let mine = meta("t/a", 10, Some("\"0\""));
     let theirs = meta("t/a", 12, Some("\"0\""));
-    cache.record(&me(), &store(), &mine);
-    cache.record(&other, &store(), &theirs);
+    cache.record(&me(), &store(), &mine, cache.epoch());
+    cache.record(&other, &store(), &theirs, cache.epoch());
     assert_eq!(
         cache.stats().version_changes,
         0,
@@ -212,8 +313,18 @@ fn an_identitys_listings_are_its_own_and_a_change_drops_only_its_own() {
         };
         cache.record_listing(key, listing, cache.epoch());
     }
-    cache.record(&other, &store(), &meta("dir/a", 10, Some("v1")));
-    cache.record(&other, &store(), &meta("dir/a", 12, Some("v2")));
+    cache.record(
+        &other,
+        &store(),
+        &meta("dir/a", 10, Some("v1")),
+        cache.epoch(),
+    );
+    cache.record(
+        &other,
+        &store(),
+        &meta("dir/a", 12, Some("v2")),
+        cache.epoch(),
+    );
     assert!(cache.listing(&list_key("dir")).is_some(), "mine is kept");
     assert!(
         cache.listing(&theirs).is_none(),
@@ -227,7 +338,7 @@ fn forgetting_an_object_for_everyone_drops_every_identitys_entries() {
     let other = StoreIdentity::named("other");
     let m = meta("t/a", 10, Some("\"e\""));
     for identity in [me(), other.clone()] {
-        cache.record(&identity, &store(), &m);
+        cache.record(&identity, &store(), &m, cache.epoch());
         cache.prove(&identity, &ObjectVersion::new(store(), &identity, &m));
     }
     cache.invalidate(&id("t/a"));

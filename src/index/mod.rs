@@ -269,15 +269,20 @@ impl IndexCache {
 
     /// The footer DataFusion's planning decoded for `version` (read from `planning`, the
     /// session's own `FileMetadataCache`, by a store of `identity`), if it is provably that
-    /// version's: the entry was made for the same size and the same strong validator (an
-    /// e_tag or version id, not a modification time to the second), and holds the page
-    /// index. Scans then need not read it again.
+    /// version's: the entry was made for the same size and the same content digest, and
+    /// holds the page index. Scans then need not read it again.
+    ///
+    /// DataFusion keys the entry by path alone: any store of the session at that path may
+    /// have made it. So only a validator that names the bytes themselves (an e_tag that is a
+    /// digest) proves it: a counter or a time (the in-memory store's e_tags, Azure's, some
+    /// S3-compatible servers'), a version id or a log-named size tells versions apart only
+    /// within one store, and two stores may show the same one for other bytes.
     pub fn planned_footer(
         planning: &FileMetadataCache,
         version: &ObjectVersion,
         identity: &StoreIdentity,
     ) -> Option<Arc<ParquetMetaData>> {
-        if !version.pins_bytes() {
+        if !version.validator().names_content() {
             return None;
         }
         let entry = planning.get(version.path())?;

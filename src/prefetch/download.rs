@@ -6,7 +6,6 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use object_store::path::Path;
@@ -14,7 +13,7 @@ use tokio::runtime::Handle;
 
 use super::controller::Measured;
 use super::queue::{State, Work};
-use super::{Download, Scan};
+use super::{Download, Landed, Scan};
 use crate::index::footer::load_footer;
 
 /// What a footer load fetched on a guess counts against a scan that may stop early: about a
@@ -92,7 +91,7 @@ impl Scan {
         self: &Arc<Self>,
         state: &mut State,
         runtime: &Handle,
-        task: BoxFuture<'static, Option<Bytes>>,
+        task: BoxFuture<'static, Option<Landed>>,
     ) -> Download {
         state.next_task += 1;
         state.in_flight += 1;
@@ -211,13 +210,15 @@ impl Scan {
         let scan = Arc::clone(self);
         let generation = state.generation;
         let task = async move {
-            let bytes = scan
+            let read = scan
                 .reads
-                .read_one(&version, range.clone(), None)
-                .await
-                .ok();
-            scan.unit_arrived(generation, version.path(), range, bytes.is_some());
-            bytes
+                .read_shown(&version, std::slice::from_ref(&range), None);
+            let landed = match read.await {
+                Ok((version, mut bytes)) => bytes.pop().map(|bytes| Landed { version, bytes }),
+                Err(_) => None,
+            };
+            scan.unit_arrived(generation, version.path(), range, landed.is_some());
+            landed
         }
         .boxed();
         let download = self.spawn_task(state, runtime, task);

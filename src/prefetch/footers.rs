@@ -41,7 +41,7 @@ use object_store::ObjectMeta;
 use crate::config::PrefetchConfig;
 use crate::index::IndexCache;
 use crate::index::footer::load_footer;
-use crate::object::StoreKey;
+use crate::object::{ObjectVersion, StoreKey};
 use crate::store::{AfterListing, Link, StoreReads};
 
 /// Bytes read from a file's end for its footer before the store has shown a larger one.
@@ -132,14 +132,26 @@ async fn warm(
         return Some(0);
     }
     let lowest = Arc::new(AtomicU64::new(u64::MAX));
+    // The versions the load's reads were of (see `StoreReads::read_shown`).
+    let shown: Arc<Mutex<Vec<ObjectVersion>>> = Arc::default();
     let hint = read_from_end.min(version.size()) as usize;
     let load = {
-        let (reads, version, lowest) = (reads.clone(), version.clone(), Arc::clone(&lowest));
+        let (reads, version) = (reads.clone(), version.clone());
+        let (lowest, shown) = (Arc::clone(&lowest), Arc::clone(&shown));
         async move {
             let read = |range: Range<u64>| {
                 lowest.fetch_min(range.start, Relaxed);
-                let (reads, version) = (reads.clone(), version.clone());
-                async move { reads.read_one(&version, range, None).await }
+                let (reads, version, shown) = (reads.clone(), version.clone(), shown.clone());
+                async move {
+                    let ranges = std::slice::from_ref(&range);
+                    let (of, mut bytes) = reads.read_shown(&version, ranges, None).await?;
+                    lock(&shown).push(of);
+                    bytes.pop().ok_or_else(|| object_store::Error::Generic {
+                        store: "lakecache",
+                        source: format!("{}: a read of {range:?} returned nothing", version.path())
+                            .into(),
+                    })
+                }
             };
             load_footer(&version, Some(hint), read).await
         }
@@ -154,10 +166,15 @@ async fn warm(
             reads.prove(&version).await.ok()?;
         }
     } else {
-        // Kept under the version its reads showed (guarded from the first response on).
+        // Kept under the version its reads showed, if they all showed one: not the version
+        // recorded once the load is done, which may be a rewrite's that came in between.
         let footer = load.await.ok()?;
-        let shown = reads.completed(&version);
-        index.keep_footer(&shown, footer);
+        let shown = lock(&shown);
+        if let Some(of) = shown.first()
+            && shown.iter().all(|s| s == of)
+        {
+            index.keep_footer(of, footer);
+        }
     }
     let lowest = lowest.load(Relaxed);
     Some(version.size().saturating_sub(lowest.min(version.size())))
@@ -180,10 +197,14 @@ fn measured(bytes: u64, elapsed: Duration, wait: Option<Duration>) -> Option<Lin
     })
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Raises `store`'s remembered footer size to `bytes`.
 fn remember(needed: &Mutex<HashMap<StoreKey, u64>>, store: &StoreKey, bytes: u64) {
     let bytes = bytes.min(MOST_FOOTER_READ);
-    let mut needed = needed.lock().unwrap_or_else(|e| e.into_inner());
+    let mut needed = lock(needed);
     if needed.len() >= MAX_STORES && !needed.contains_key(store) {
         needed.clear();
     }

@@ -13,6 +13,7 @@ use tokio::runtime::Handle;
 
 use super::queue::Work;
 use super::{Download, GRACE, Scan};
+use crate::object::ObjectVersion;
 
 /// What a reader holds while a file is open: its way to the scan's prefetched bytes.
 #[derive(Debug)]
@@ -40,11 +41,18 @@ impl FileLease {
         }
     }
 
-    /// The bytes of each of `ranges` that prefetching covers (already here, under way, or
-    /// queued and started now, all before any is awaited); `None` for those the reader should
-    /// read itself. `data` marks a read of column data (not of a footer, page index or bloom
-    /// filter): every such read after this reader's first shows the scan reads on.
-    pub(crate) async fn read_all(&self, ranges: &[Range<u64>], data: bool) -> Vec<Option<Bytes>> {
+    /// The bytes of each of `ranges` of `version` (the version the reader reads at) that
+    /// prefetching covers (already here, under way, or queued and started now, all before any
+    /// is awaited); `None` for those the reader should read itself, among them any a download
+    /// brought of another version. `data` marks a read of column data (not of a footer, page
+    /// index or bloom filter): every such read after this reader's first shows the scan reads
+    /// on.
+    pub(crate) async fn read_all(
+        &self,
+        version: &ObjectVersion,
+        ranges: &[Range<u64>],
+        data: bool,
+    ) -> Vec<Option<Bytes>> {
         let covered: Vec<Option<Parts>> = ranges.iter().map(|r| self.cover(r)).collect();
         if data && self.data_reads.fetch_add(1, Relaxed) > 0 {
             let asked: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
@@ -57,24 +65,36 @@ impl FileLease {
         let mut found = Vec::with_capacity(ranges.len());
         for (range, parts) in ranges.iter().zip(covered) {
             found.push(match parts {
-                Some(parts) => self.join(range, parts).await,
+                Some(parts) => self.join(version, range, parts).await,
                 None => None,
             });
         }
         found
     }
 
-    /// The bytes of `range` from the downloads that cover it, or `None` if one failed.
-    async fn join(&self, range: &Range<u64>, parts: Parts) -> Option<Bytes> {
+    /// The bytes of `range` of `version` from the downloads that cover it, or `None` if one
+    /// failed or brought another version's bytes.
+    async fn join(
+        &self,
+        version: &ObjectVersion,
+        range: &Range<u64>,
+        parts: Parts,
+    ) -> Option<Bytes> {
         let began = Instant::now();
         let mut pieces = Vec::with_capacity(parts.len());
         for (download, slice) in parts {
             let waiting = download.peek().is_none();
-            let bytes = download.await?;
+            let landed = download.await?;
             if waiting {
                 self.scan.figures.waited(began.elapsed());
             }
-            pieces.push(bytes.slice(slice));
+            if &landed.version != version {
+                // The object was rewritten while the download was under way, and the reader
+                // pinned the new version: those bytes are not its to read.
+                self.scan.reads.caches().handles.count_version_change();
+                return None;
+            }
+            pieces.push(landed.bytes.slice(slice));
         }
         let bytes = match pieces.len() {
             1 => pieces.pop()?,

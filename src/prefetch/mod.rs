@@ -67,9 +67,20 @@ use queue::State;
 /// and keeps cancellation well within 100 ms.
 const GRACE: Duration = Duration::from_millis(30);
 
-/// Bytes of one download, shared by the readers that wait for it; `None` if it failed or was
-/// cancelled.
-type Download = Shared<BoxFuture<'static, Option<Bytes>>>;
+/// What a download brought: its bytes and the version they are of.
+#[derive(Debug, Clone)]
+struct Landed {
+    /// The version the scan planned with or, for a version known by size and time alone, the
+    /// one its response showed (`StoreReads::read_shown`). A reader is handed the bytes only
+    /// if this is the version it reads at.
+    version: ObjectVersion,
+    bytes: Bytes,
+}
+
+/// One download, shared by the readers that wait for it; `None` if it failed or was
+/// cancelled (or loaded a footer or bloom filters into the index cache, where readers find
+/// them).
+type Download = Shared<BoxFuture<'static, Option<Landed>>>;
 
 /// What a scan's prefetcher works with, besides its plan.
 #[derive(Debug)]

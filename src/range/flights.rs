@@ -24,8 +24,9 @@ use tokio::sync::watch;
 
 use crate::object::ObjectVersion;
 
-/// What a flight's channel carries: nothing yet, then its bytes.
-type Arrival = Option<Bytes>;
+/// What a flight's channel carries: nothing yet, then its bytes and the version its
+/// responses showed (`None`: they showed none, or not one alike).
+type Arrival = Option<(Bytes, Option<ObjectVersion>)>;
 
 /// The flights in the air, by object version. Each is removed when its fetch ends.
 #[derive(Debug, Default)]
@@ -54,13 +55,14 @@ pub(super) struct Joined {
 }
 
 impl Joined {
-    /// The bytes of `self.range`, once the flight lands; `None` if it failed or was dropped.
-    pub(super) async fn wait(mut self) -> Option<Bytes> {
+    /// The bytes of `self.range`, and the version the flight's responses showed, once the
+    /// flight lands; `None` if it failed or was dropped.
+    pub(super) async fn wait(mut self) -> Option<(Bytes, Option<ObjectVersion>)> {
         let arrived = self.arrival.wait_for(Option::is_some).await.ok()?;
-        let buffer = arrived.as_ref()?.clone();
+        let (buffer, shown) = arrived.as_ref()?.clone();
         let from = (self.range.start - self.flight.start) as usize;
         let to = (self.range.end - self.flight.start) as usize;
-        (to <= buffer.len()).then(|| buffer.slice(from..to))
+        (to <= buffer.len()).then(|| (buffer.slice(from..to), shown))
     }
 }
 
@@ -165,10 +167,11 @@ impl Claim {
         Watchers(self.own.iter().map(|(_, s)| s.clone()).collect())
     }
 
-    /// Hands the fetched bytes (one buffer per claimed range, in order) to whoever joined.
-    pub(super) fn land(mut self, fetched: &[Bytes]) {
+    /// Hands the fetched bytes (one buffer per claimed range, in order), of the version
+    /// `shown` (what their responses showed), to whoever joined.
+    pub(super) fn land(mut self, fetched: &[Bytes], shown: Option<&ObjectVersion>) {
         for ((_, sender), bytes) in self.own.iter().zip(fetched) {
-            sender.send_replace(Some(bytes.clone()));
+            sender.send_replace(Some((bytes.clone(), shown.cloned())));
         }
         self.remove();
     }

@@ -60,6 +60,7 @@ impl RangeCache {
     /// tasks of their own, which other reads join; one nobody waits for any more is aborted.
     /// The bytes served are counted by source here and, for a reader's own read, in `scan`.
     /// Ranges must be valid.
+    #[cfg(test)]
     pub(crate) async fn read_through(
         &self,
         object: &ObjectVersion,
@@ -67,6 +68,21 @@ impl RangeCache {
         scan: Option<&ScanMetrics>,
         fetch: &Fetch<'_>,
     ) -> object_store::Result<Vec<Bytes>> {
+        let (bytes, _) = self.read_through_shown(object, ranges, scan, fetch).await?;
+        Ok(bytes)
+    }
+
+    /// [`RangeCache::read_through`], and the version the bytes were shown to be of: `object`
+    /// for bytes kept under it, what the responses of the fetches that brought the rest
+    /// showed (its own and the downloads it joined). `None` when they showed none, or not
+    /// one alike (for `object` known by size and time alone, which nothing guards).
+    pub(crate) async fn read_through_shown(
+        &self,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+        scan: Option<&ScanMetrics>,
+        fetch: &Fetch<'_>,
+    ) -> object_store::Result<(Vec<Bytes>, Option<ObjectVersion>)> {
         let served = |source, bytes| {
             self.inner.served.add(source, bytes);
             if let Some(scan) = scan {
@@ -81,8 +97,10 @@ impl RangeCache {
             }
             false => ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect(),
         };
-        self.fetch_gaps(object, &mut parts, fetch).await?;
-        ranges
+        let mut shown = Shown::of(object, &parts);
+        self.fetch_gaps(object, &mut parts, fetch, &mut shown)
+            .await?;
+        let bytes = ranges
             .iter()
             .zip(parts)
             .map(|(range, parts)| {
@@ -93,7 +111,8 @@ impl RangeCache {
                 }
                 join(object, range, &parts)
             })
-            .collect()
+            .collect::<object_store::Result<_>>()?;
+        Ok((bytes, shown.agreed()))
     }
 
     /// Cuts each range into pieces, found in memory or not.
@@ -161,7 +180,9 @@ impl RangeCache {
         fetch: &Fetch<'_>,
     ) -> object_store::Result<Vec<Bytes>> {
         let mut parts: Vec<Vec<Part>> = ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect();
-        self.fetch_gaps(object, &mut parts, fetch).await?;
+        let mut shown = Shown::of(object, &parts);
+        self.fetch_gaps(object, &mut parts, fetch, &mut shown)
+            .await?;
         ranges
             .iter()
             .zip(parts)
@@ -283,6 +304,7 @@ impl RangeCache {
         object: &ObjectVersion,
         parts: &mut [Vec<Part>],
         fetch: &Fetch<'_>,
+        shown: &mut Shown,
     ) -> object_store::Result<()> {
         let mut gaps: Vec<Range<u64>> = parts
             .iter()
@@ -315,13 +337,16 @@ impl RangeCache {
                 own.iter().map(|r| self.held_in_memory(object, r)).collect();
             match held {
                 Some(bytes) => {
-                    claim.land(&bytes);
+                    // Kept under `object`: of it.
+                    claim.land(&bytes, Some(object));
+                    shown.saw(Some(object));
                     let held = own.into_iter().zip(bytes);
                     pieces.extend(held.map(|(r, b)| (r, b, Source::Memory)));
                 }
                 None => {
                     let fetched = self.download(object, &own, claim, fetch).await?;
-                    let fetched = own.into_iter().zip(fetched);
+                    shown.saw(fetched.keep.as_ref());
+                    let fetched = own.into_iter().zip(fetched.bytes);
                     pieces.extend(fetched.map(|(r, b)| (r, b, Source::Store)));
                 }
             }
@@ -330,13 +355,17 @@ impl RangeCache {
         for j in joined {
             let range = j.range.clone();
             match j.wait().await {
-                Some(bytes) => pieces.push((range, bytes, Source::Store)),
+                Some((bytes, of)) => {
+                    shown.saw(of.as_ref());
+                    pieces.push((range, bytes, Source::Store));
+                }
                 None => failed.push(range),
             }
         }
         if !failed.is_empty() {
             let fetched = self.fetch_checked(object, &failed, fetch).await?;
             self.keep(&failed, &fetched);
+            shown.saw(fetched.keep.as_ref());
             let fetched = failed.into_iter().zip(fetched.bytes);
             pieces.extend(fetched.map(|(r, b)| (r, b, Source::Store)));
         }
@@ -366,7 +395,7 @@ impl RangeCache {
         own: &[Range<u64>],
         claim: Claim,
         fetch: &Fetch<'_>,
-    ) -> object_store::Result<Vec<Bytes>> {
+    ) -> object_store::Result<Fetched> {
         let fetching = fetch(own.to_vec());
         let joiners = claim.watchers();
         let (cache, object, own) = (self.clone(), object.clone(), own.to_vec());
@@ -376,8 +405,8 @@ impl RangeCache {
             // Kept before the flights land and leave the air, so a read that finds no
             // flight for these bytes finds them kept (see `fetch_gaps`).
             cache.keep(&own, &fetched);
-            claim.land(&fetched.bytes);
-            Ok(fetched.bytes)
+            claim.land(&fetched.bytes, fetched.keep.as_ref());
+            Ok(fetched)
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return task.await;
@@ -436,12 +465,12 @@ fn check(
 
 /// A download running on its own task, and who else waits for its flights.
 struct Running {
-    task: tokio::task::JoinHandle<object_store::Result<Vec<Bytes>>>,
+    task: tokio::task::JoinHandle<object_store::Result<Fetched>>,
     joiners: super::flights::Watchers,
 }
 
 impl Running {
-    async fn finish(mut self) -> object_store::Result<Vec<Bytes>> {
+    async fn finish(mut self) -> object_store::Result<Fetched> {
         let joined = (&mut self.task).await;
         joined.unwrap_or_else(|e| {
             Err(object_store::Error::Generic {
@@ -458,6 +487,37 @@ impl Drop for Running {
         if !self.task.is_finished() && !self.joiners.any() {
             self.task.abort();
         }
+    }
+}
+
+/// The version the parts of one read were shown to be of, as they come.
+pub(super) struct Shown {
+    version: Option<ObjectVersion>,
+    /// Whether a part showed none, or another.
+    mixed: bool,
+}
+
+impl Shown {
+    /// The parts found already (memory, disk) were kept under `object`.
+    fn of(object: &ObjectVersion, parts: &[Vec<Part>]) -> Self {
+        let found = parts.iter().flatten().any(|p| p.found.is_some());
+        Self {
+            version: found.then(|| object.clone()),
+            mixed: false,
+        }
+    }
+
+    fn saw(&mut self, version: Option<&ObjectVersion>) {
+        match (version, &self.version) {
+            (None, _) => self.mixed = true,
+            (Some(v), None) => self.version = Some(v.clone()),
+            (Some(v), Some(seen)) if v != seen => self.mixed = true,
+            _ => {}
+        }
+    }
+
+    fn agreed(self) -> Option<ObjectVersion> {
+        self.version.filter(|_| !self.mixed)
     }
 }
 

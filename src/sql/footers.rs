@@ -8,22 +8,16 @@
 //! against its own listing's size and time, as for any entry. Anything else is the session's
 //! own cache, as DataFusion fills it ([`CheckedCache`](crate::store::CheckedCache)).
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::common::{HashMap as DfHashMap, TableReference};
 use datafusion::datasource::physical_plan::parquet::metadata::CachedParquetMetaData;
 use datafusion::execution::cache::cache_manager::{CachedFileMetadataEntry, FileMetadataCache};
 use datafusion::execution::cache::{Cache, CacheEntryInfo};
-use object_store::ObjectStore;
 use object_store::path::Path;
 
-use crate::object::StoreKey;
-use crate::store::Caches;
-
-/// The stores a session registered, by namespace (the registry's wrappers).
-pub(crate) type SessionStores = Arc<RwLock<HashMap<StoreKey, Arc<dyn ObjectStore>>>>;
+use crate::store::{Caches, SessionStores};
 
 /// See the module docs.
 pub(crate) struct SessionFooters {

@@ -47,7 +47,7 @@ use crate::handle::Seen;
 use crate::object::{ObjectVersion, StoreIdentity, StoreKey};
 use crate::store::{Caches, StoreReads};
 
-use super::footers::SessionStores;
+use crate::store::SessionStores;
 
 /// Which of the management functions a [`ManageFunction`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

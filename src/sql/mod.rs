@@ -21,13 +21,13 @@ use std::sync::Arc;
 use datafusion::catalog::{MemoryCatalogProviderList, TableFunction};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 
 pub(crate) use stats_function::{Clearing, StatsSource};
 use stats_function::{LakeStatsFunction, StatsTable};
 
 use crate::config::{Installed, LakeOptions};
+use crate::store::datafusion_caches;
 use crate::table::{LakeQueryPlanner, LakeTableFactory, ScanCaches};
 use catalog::LakeCatalogList;
 use footers::SessionFooters;
@@ -38,7 +38,6 @@ pub(crate) use registry::LakeObjectStoreRegistry;
 pub(crate) fn install(
     mut builder: SessionStateBuilder,
     scans: &ScanCaches,
-    cache_manager: CacheManagerConfig,
     source: Arc<dyn StatsSource>,
 ) -> Result<SessionStateBuilder> {
     let runtime = match builder.runtime_env().take() {
@@ -47,10 +46,13 @@ pub(crate) fn install(
     };
     let registry =
         LakeObjectStoreRegistry::new(Arc::clone(&runtime.object_store_registry), &scans.caches);
-    // DataFusion's planning takes footers from the shared index cache for the files the
-    // session's own stores proved.
+    // DataFusion's own footer and statistics caches, the session's, checked against the
+    // versions its stores have shown; its planning takes footers from the shared index cache
+    // for the files the session's own stores proved. Its listing cache is off: the store
+    // wrapper caches listings, and drops them when a version changes.
     let registry_stores = registry.stores();
-    let mut cache_manager = cache_manager;
+    let mut cache_manager =
+        datafusion_caches(&scans.caches, Some(registry.stores())).with_list_files_cache_limit(0);
     if let Some(own) = cache_manager.file_metadata_cache.take() {
         let footers = SessionFooters::new(own, registry.stores(), &scans.caches);
         cache_manager = cache_manager.with_file_metadata_cache(Some(Arc::new(footers)));

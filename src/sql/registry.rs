@@ -16,8 +16,8 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use url::Url;
 
-use super::footers::SessionStores;
 use crate::object::StoreKey;
+use crate::store::SessionStores;
 use crate::store::{Caches, CachingObjectStore};
 
 /// Wraps the stores of an inner registry; see the module docs.

@@ -5,20 +5,49 @@
 //! entry only by size and modification time, which S3 gives to the second. Two stores
 //! holding the same path, or a same-size rewrite within a second, would then get each other's
 //! footer, and statistics that prune files or answer `count(*)`. So an entry is served only
-//! while no store the handle cache knows shows its path at another version; otherwise it is
-//! dropped, and DataFusion reads it again. One wrapper does this for every path-keyed cache
-//! DataFusion consults.
+//! while
+//! - no store the handle cache knows shows its path at another version, and
+//! - its version names its bytes (a content digest), or a single store of those the cache
+//!   serves (the session's, or every store for a runtime of one's own) has shown the path:
+//!   an e_tag that is a counter or a time tells versions apart only within one store, so
+//!   two stores showing the same such e_tag may hold different bytes.
+//!
+//! Otherwise it is dropped, and DataFusion reads it again. One wrapper does this for every
+//! path-keyed cache DataFusion consults.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::common::{HashMap, TableReference};
-use datafusion::execution::cache::cache_manager::{CachedFileMetadata, CachedFileMetadataEntry};
+use datafusion::execution::cache::cache_manager::{
+    CacheManagerConfig, CachedFileMetadata, CachedFileMetadataEntry,
+    DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
+};
+use datafusion::execution::cache::default_cache::DefaultCache;
 use datafusion::execution::cache::{Cache, CacheEntryInfo, CacheKey, CacheValue, TableScopedPath};
 use object_store::ObjectMeta;
 use object_store::path::Path;
 
-use crate::handle::HandleCache;
+use super::{Caches, SessionStores};
+
+/// DataFusion's footer and statistics caches, one of each, checked against the versions
+/// `caches` know; `scope` is the stores of the session they serve (`None`: a runtime of
+/// one's own, whose sessions may use any store).
+pub(crate) fn datafusion_caches(
+    caches: &Caches,
+    scope: Option<SessionStores>,
+) -> CacheManagerConfig {
+    let footers: DefaultCache<Path, CachedFileMetadataEntry> =
+        DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("DefaultFileMetadataCache");
+    let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
+        DefaultCache::new(DEFAULT_FILE_STATISTICS_MEMORY_LIMIT)
+            .with_name("DefaultFileStatisticsCache");
+    let footers = CheckedCache::new(Arc::new(footers), caches, scope.clone());
+    let statistics = CheckedCache::new(Arc::new(statistics), caches, scope);
+    CacheManagerConfig::default()
+        .with_file_metadata_cache(Some(Arc::new(footers)))
+        .with_file_statistics_cache(Some(Arc::new(statistics)))
+}
 
 /// A key of a DataFusion cache: it names an object's path.
 pub trait PathKey {
@@ -60,7 +89,9 @@ impl MadeFor for CachedFileMetadata {
 /// docs.
 pub struct CheckedCache<K, V> {
     inner: Arc<dyn Cache<K, V>>,
-    handles: HandleCache,
+    caches: Caches,
+    /// The stores whose entries these are, if known (an installed session's).
+    scope: Option<SessionStores>,
 }
 
 impl<K: CacheKey, V: CacheValue> std::fmt::Debug for CheckedCache<K, V> {
@@ -70,11 +101,17 @@ impl<K: CacheKey, V: CacheValue> std::fmt::Debug for CheckedCache<K, V> {
 }
 
 impl<K, V> CheckedCache<K, V> {
-    /// `inner`, checked against what `handles` knows.
-    pub(crate) fn new(inner: Arc<dyn Cache<K, V>>, handles: &HandleCache) -> Self {
+    /// `inner`, checked against what `caches` know, for the stores of `scope` (every store
+    /// if `None`).
+    pub(crate) fn new(
+        inner: Arc<dyn Cache<K, V>>,
+        caches: &Caches,
+        scope: Option<SessionStores>,
+    ) -> Self {
         Self {
             inner,
-            handles: handles.clone(),
+            caches: caches.clone(),
+            scope,
         }
     }
 }
@@ -86,10 +123,9 @@ where
 {
     fn get(&self, key: &K) -> Option<V> {
         let value = self.inner.get(key)?;
-        if self
-            .handles
-            .contradicts(key.object_path(), value.made_for())
-        {
+        let scope = self.scope.as_ref().map(|s| self.caches.identities_of(s));
+        let handles = &self.caches.handles;
+        if handles.contradicts(key.object_path(), value.made_for(), scope.as_deref()) {
             self.inner.remove(key);
             return None;
         }

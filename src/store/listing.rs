@@ -28,7 +28,7 @@ use tokio::sync::watch;
 
 use super::StoreReads;
 use super::reads::naming;
-use crate::handle::{ListKey, ListKind, Listing};
+use crate::handle::{Epoch, ListKey, ListKind, Listing};
 use crate::object::listing_changes;
 
 /// What the layers above do with the Parquet files a listing showed, before its end is
@@ -222,7 +222,7 @@ struct Recording {
     /// The Parquet files shown so far, for [`AfterListing`] (`None`: not asked).
     parquet: Option<Vec<ObjectMeta>>,
     key: Option<ListKey>,
-    epoch: u64,
+    epoch: Epoch,
     under_way: Option<UnderWay>,
     ended: bool,
     /// Read on in the background already: dropped again (the runtime shutting down), it is

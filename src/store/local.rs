@@ -31,6 +31,7 @@ impl StoreReads {
         ranges: impl FnOnce(u64) -> Result<Vec<Range<u64>>> + Send + 'static,
     ) -> Result<(ObjectMeta, Vec<Bytes>)> {
         let handles = self.caches().handles.clone();
+        let since = self.now();
         let loc = location.clone();
         let version = version.cloned();
         let read = tokio::task::spawn_blocking(move || {
@@ -61,7 +62,7 @@ impl StoreReads {
                 // A reused descriptor's metadata was recorded when it was opened and cannot
                 // have changed since (`open` checks that).
                 if open.first_use() {
-                    self.observe(&meta);
+                    self.observe(&meta, since);
                 }
                 Ok((meta, bytes))
             }

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 use super::hedge::Hedger;
 use super::{Caches, Link};
-use crate::handle::Seen;
+use crate::handle::{Epoch, Seen};
 use crate::metrics::{ScanMetrics, Source};
 use crate::object::{
     ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator, VersionChanged, version_changed,
@@ -321,11 +321,12 @@ impl StoreReads {
         self.0.caches.handles.count_proof_head();
         let path = version.path();
         let head = GetOptions::new().with_head(true);
+        let since = self.now();
         let meta = match self.0.inner.get_opts(path, head).await {
             Ok(response) => response.meta,
             Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };
-        self.observe(&meta);
+        self.observe(&meta, since);
         if !version.matches(&meta) {
             return Err(self.failed(version, version_changed(version, Some(&meta))));
         }
@@ -378,9 +379,26 @@ impl StoreReads {
         ranges: &[Range<u64>],
         scan: Option<&ScanMetrics>,
     ) -> Result<Vec<Bytes>> {
+        Ok(self.read_shown(version, ranges, scan).await?.1)
+    }
+
+    /// [`StoreReads::read`], and the version the bytes are of: `version` itself when its
+    /// validator tells its bytes apart (every byte was read under its guard, or kept under
+    /// it); for a version a listing named by size and time alone, the version every response
+    /// that brought them showed, this read's own and those of the downloads it joined
+    /// (`version` if they showed none, or not one alike). Whoever hands the bytes on to a
+    /// reader compares it with the version that reader reads at (`FileLease`): a reader
+    /// pinned to the object's new e_tag while the download was under way gets none of the
+    /// old version's bytes.
+    pub(crate) async fn read_shown(
+        &self,
+        version: &ObjectVersion,
+        ranges: &[Range<u64>],
+        scan: Option<&ScanMetrics>,
+    ) -> Result<(ObjectVersion, Vec<Bytes>)> {
         check_ranges(version, ranges)?;
         if ranges.is_empty() {
-            return Ok(Vec::new());
+            return Ok((version.clone(), Vec::new()));
         }
         let version = &self.complete(version).await?;
         let read = async {
@@ -390,7 +408,7 @@ impl StoreReads {
                     .read_local(version.path(), file?, Some(version), move |_| Ok(wanted))
                     .await?;
                 count(scan, &bytes);
-                return Ok(bytes);
+                return Ok((version.clone(), bytes));
             }
             let cache = &self.0.caches.ranges;
             if self.0.keeps_bytes && cache.config().enabled {
@@ -403,20 +421,29 @@ impl StoreReads {
                         async move { this.fetch(&v, &gaps).await }.boxed()
                     }
                 };
-                let bytes = cache.read_through(version, ranges, scan, &fetch).await?;
+                let read = cache.read_through_shown(version, ranges, scan, &fetch);
+                let (bytes, shown) = read.await?;
                 // A read that went to the store was answered by it, which proves access; one
                 // served whole from the caches needs a proof before its bytes are returned.
                 if !fetched.load(Relaxed) {
                     self.prove(version).await?;
                 }
-                return Ok(bytes);
+                return Ok((self.of(version, shown), bytes));
             }
             // Nothing kept is served here: the store's answer is the proof.
-            let bytes = self.fetch(version, ranges).await?.bytes;
-            count(scan, &bytes);
-            Ok(bytes)
+            let fetched = self.fetch(version, ranges).await?;
+            count(scan, &fetched.bytes);
+            Ok((self.of(version, fetched.keep), fetched.bytes))
         };
         read.await.map_err(|e| self.failed(version, e))
+    }
+
+    /// The version bytes read for `version` are of, given the one their responses showed.
+    fn of(&self, version: &ObjectVersion, shown: Option<ObjectVersion>) -> ObjectVersion {
+        match version.pins_bytes() {
+            true => version.clone(),
+            false => shown.unwrap_or_else(|| version.clone()),
+        }
     }
 
     /// [`StoreReads::read`] of one range.
@@ -468,15 +495,25 @@ impl StoreReads {
         if self.0.keeps_bytes && caches.ranges.may_hold(version.id()) {
             caches.handles.count_proof_head();
             let head = GetOptions::new().with_head(true);
+            let since = self.now();
             let meta = self.0.inner.get_opts(version.path(), head).await?.meta;
             if version.matches(&meta) {
-                self.observe(&meta);
-                if let Some(known) = caches.handles.complete(&self.0.identity, version) {
-                    return Ok(known);
-                }
+                self.observe(&meta, since);
+                return Ok(self.shown_by(version, &meta));
             }
         }
         Ok(version.clone())
+    }
+
+    /// `version` (known by size and time) as the answer `meta` showed it: with the strong
+    /// validator the answer carries, if it does. What this request showed, not what is
+    /// recorded once it is done: another request's answer may have been recorded meanwhile.
+    fn shown_by(&self, version: &ObjectVersion, meta: &ObjectMeta) -> ObjectVersion {
+        let shown = version.reseen(&self.0.identity, meta);
+        match shown.pins_bytes() {
+            true => shown,
+            false => version.clone(),
+        }
     }
 
     /// The version a reader of `version` reads at from now on: `version` itself if its
@@ -495,18 +532,17 @@ impl StoreReads {
         handles.count_proof_head();
         let path = version.path();
         let head = GetOptions::new().with_head(true);
+        let since = self.now();
         let meta = match self.0.inner.get_opts(path, head).await {
             Ok(response) => response.meta,
             Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };
-        self.observe(&meta);
+        self.observe(&meta, since);
         if !version.matches(&meta) {
             return Err(self.failed(version, version_changed(version, Some(&meta))));
         }
         self.proved(version);
-        Ok(handles
-            .complete(&self.0.identity, version)
-            .unwrap_or_else(|| version.clone()))
+        Ok(self.shown_by(version, &meta))
     }
 
     /// The file behind `path` if these reads go through cached local descriptors.
@@ -549,6 +585,7 @@ impl StoreReads {
         let path = version.path();
         // What each response showed of the version it carried (see `shown`).
         let shown: Mutex<Vec<Option<ObjectVersion>>> = Mutex::default();
+        let since = self.now();
         let bytes = coalesce_ranges(
             ranges,
             |range| {
@@ -570,7 +607,7 @@ impl StoreReads {
                     }
                     if !version.pins_bytes() {
                         // Learn the e_tag the plan's metadata lacked (see `complete`).
-                        self.observe(&response.meta);
+                        self.observe(&response.meta, since);
                     }
                     let seen = self.shown(version, &response.meta, guarded);
                     shown.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
@@ -667,19 +704,25 @@ impl StoreReads {
         }
     }
 
-    /// Records what a HEAD or GET response showed: its version is proven, and recorded for
-    /// this identity; a replaced version's entries that were this identity's alone go.
-    pub(super) fn observe(&self, meta: &ObjectMeta) {
+    /// Now, as a request about to be sent takes it (see [`StoreReads::observe`]).
+    pub(super) fn now(&self) -> Epoch {
+        self.0.caches.handles.epoch()
+    }
+
+    /// Records what the answer to a HEAD or GET sent at `since` showed: its version is
+    /// proven, and recorded for this identity (unless another answer recorded a version
+    /// since); a replaced version's entries that were this identity's alone go.
+    pub(super) fn observe(&self, meta: &ObjectMeta, since: Epoch) {
         self.proved(&self.version(meta));
         let handles = &self.0.caches.handles;
-        if let Some(old) = handles.record(&self.0.identity, &self.0.store, meta) {
+        if let Some(old) = handles.record(&self.0.identity, &self.0.store, meta, since) {
             self.forget_replaced(&old);
         }
     }
 
     /// Records what a listing that began at `epoch` showed: the version is recorded for this
     /// identity, nothing proven (a listing shows a name, not that its bytes can be read).
-    pub(super) fn observe_listed(&self, meta: &ObjectMeta, epoch: u64) {
+    pub(super) fn observe_listed(&self, meta: &ObjectMeta, epoch: Epoch) {
         let handles = &self.0.caches.handles;
         if let Some(old) = handles.record_listed(&self.0.identity, &self.0.store, meta, epoch) {
             self.forget_replaced(&old);

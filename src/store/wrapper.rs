@@ -20,7 +20,7 @@ use object_store::{
 use url::Url;
 
 use super::{Caches, StoreReads};
-use crate::handle::HandleCache;
+use crate::handle::{Epoch, HandleCache};
 use crate::object::{Lifecycle, ObjectVersion, StoreIdentity, StoreKey};
 use crate::stats::HandleStats;
 
@@ -205,15 +205,16 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         }
     }
 
-    /// Records what a response showed: its metadata, or that the object is gone.
+    /// Records what the answer to a request sent at `since` showed: its metadata, or that
+    /// the object is gone.
     fn observe<T>(
         &self,
         location: &Path,
-        result: Result<T>,
+        (result, since): (Result<T>, Epoch),
         meta: impl Fn(&T) -> &ObjectMeta,
     ) -> Result<T> {
         match &result {
-            Ok(value) => self.reads.observe(meta(value)),
+            Ok(value) => self.reads.observe(meta(value), since),
             Err(Error::NotFound { .. }) => self.forget(location),
             Err(_) => {}
         }
@@ -222,12 +223,14 @@ impl<S: ObjectStore> CachingObjectStore<S> {
 
     /// A HEAD of the inner store, recorded in the cache.
     async fn head_inner(&self, location: &Path) -> Result<ObjectMeta> {
+        let since = self.reads.now();
         let head = self
             .inner
             .get_opts(location, GetOptions::new().with_head(true))
             .await
             .map_err(|e| super::reads::naming(e, format!("reading {location}")));
-        self.observe(location, head, |r| &r.meta).map(|r| r.meta)
+        self.observe(location, (head, since), |r| &r.meta)
+            .map(|r| r.meta)
     }
 
     /// The version of `location` reads of the plain `ObjectStore` API are made at: the one
@@ -316,8 +319,9 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             return self.inner.get_opts(location, options).await;
         }
         if !is_unconditional(&options) {
+            let since = self.reads.now();
             let result = self.inner.get_opts(location, options).await;
-            return self.observe(location, result, |r| &r.meta);
+            return self.observe(location, (result, since), |r| &r.meta);
         }
         if options.head {
             if let Some(meta) = self.reads.cached_head(location) {
@@ -331,8 +335,9 @@ impl<S: ObjectStore> ObjectStore for CachingObjectStore<S> {
             None if lifecycle == Lifecycle::WrittenOnce => GetRange::Offset(0),
             None => {
                 // A whole-object read is one request: it cannot mix versions.
+                let since = self.reads.now();
                 let result = self.inner.get_opts(location, options).await;
-                return self.observe(location, result, |r| &r.meta);
+                return self.observe(location, (result, since), |r| &r.meta);
             }
         };
         let Some(version) = self.version_for_read(location).await? else {

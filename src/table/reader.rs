@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use datafusion::datasource::listing::PartitionedFile;
@@ -25,6 +25,7 @@ use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use object_store::path::Path;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
@@ -47,6 +48,34 @@ pub(crate) struct LakeReaderFactory {
     prefetcher: Option<Prefetcher>,
     /// The scan's figures, registered in its metrics set by the first reader.
     metrics: OnceLock<ScanMetrics>,
+    /// The version each file of the scan was pinned to by its first reader.
+    pins: Pins,
+}
+
+/// The version each file of one scan reads at, once its first reader pinned it: DataFusion
+/// opens a file with more than one reader (the footer's, then another for bloom filters and
+/// data), and a file split across partitions with one per part. A version a listing named by
+/// size and time alone is completed with what the handle cache recorded when each reader is
+/// made, which a rewrite may change in between; every reader of the scan takes the first
+/// one's, so the footer and every byte of the file are of one version.
+#[derive(Debug, Clone, Default)]
+struct Pins(Arc<Mutex<HashMap<Path, ObjectVersion>>>);
+
+impl Pins {
+    /// The version the scan pinned `planned`'s file to, if a reader did.
+    fn of(&self, planned: &ObjectVersion) -> Option<ObjectVersion> {
+        let pins = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        pins.get(planned.path()).cloned()
+    }
+
+    /// Pins the file to `version` unless a reader pinned it already; the version the scan
+    /// reads it at.
+    fn settle(&self, version: ObjectVersion) -> ObjectVersion {
+        let mut pins = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        pins.entry(version.path().clone())
+            .or_insert(version)
+            .clone()
+    }
 }
 
 impl LakeReaderFactory {
@@ -65,6 +94,7 @@ impl LakeReaderFactory {
             planning,
             prefetcher,
             metrics: OnceLock::new(),
+            pins: Pins::default(),
         }
     }
 }
@@ -82,7 +112,8 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             .get_or_init(|| ScanMetrics::new(metrics))
             .clone();
         let meta = &file.object_meta;
-        let version = self.reads.version_of(meta, Some(&scan));
+        let planned = self.reads.version_of(meta, Some(&scan));
+        let version = self.pins.of(&planned).unwrap_or(planned);
         let lease = self
             .prefetcher
             .as_ref()
@@ -100,6 +131,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
             },
             index: self.index.clone(),
             planning: self.planning.clone(),
+            pins: self.pins.clone(),
             metadata_size_hint,
             metadata: None,
             bloom_spans: None,
@@ -122,7 +154,7 @@ impl FileBytes {
     /// one versioned read. `data` marks reads of column data (see `FileLease::read_all`).
     async fn get(&self, ranges: Vec<Range<u64>>, data: bool) -> object_store::Result<Vec<Bytes>> {
         let found = match &self.lease {
-            Some(lease) => lease.read_all(&ranges, data).await,
+            Some(lease) => lease.read_all(&self.version, &ranges, data).await,
             None => vec![None; ranges.len()],
         };
         let missing: Vec<Range<u64>> = ranges
@@ -158,6 +190,8 @@ pub(crate) struct LakeReader {
     bytes: FileBytes,
     index: IndexCache,
     planning: Option<Arc<FileMetadataCache>>,
+    /// The versions the scan's files are read at.
+    pins: Pins,
     metadata_size_hint: Option<usize>,
     /// The footer, once known, to recognise bloom-filter reads.
     metadata: Option<Arc<ParquetMetaData>>,
@@ -248,7 +282,7 @@ impl AsyncFileReader for LakeReader {
             // the footer and every later read then come from one version, and the footer is
             // kept.
             let pinned = self.bytes.reads.pinned(&self.bytes.version).await;
-            self.bytes.version = pinned.map_err(store_error)?;
+            self.bytes.version = self.pins.settle(pinned.map_err(store_error)?);
             let file = self.bytes.clone();
             let hint = self.metadata_size_hint;
             let planning = self.planning.clone();

@@ -49,13 +49,18 @@ impl Process {
     /// (work stealing off), no cache.
     pub fn plain(stores: Arc<dyn ObjectStoreRegistry>) -> Result<Self> {
         let runtime = RuntimeEnvBuilder::new()
-            .with_object_store_registry(stores)
+            .with_object_store_registry(Arc::clone(&stores))
             .build_arc()?;
-        let shared = Arc::clone(&runtime);
+        // As Ballista's scheduler does: a runtime per session.
+        let per_session = move || {
+            RuntimeEnvBuilder::new()
+                .with_object_store_registry(Arc::clone(&stores))
+                .build_arc()
+        };
         Ok(Self {
             config: Arc::new(ballista_config),
-            runtime: Arc::new(move |_| Ok(Arc::clone(&shared))),
-            sessions: session_builder(runtime),
+            runtime: Arc::new(move |_| Ok(Arc::clone(&runtime))),
+            sessions: session_builder(per_session),
             logical: Arc::new(BallistaLogicalExtensionCodec::default()),
             physical: Arc::new(BallistaPhysicalExtensionCodec::default()),
             setup: None,
