@@ -122,7 +122,14 @@ async fn queries_over_corrupt_index_bytes_answer_what_datafusion_answers() {
     let (seed, mut rng) = rng();
     let spec = LakeSpec::small_files(1).with_row_groups_of(500);
     let good = file_bytes(&spec, 0).unwrap();
-    let url = url::Url::parse("memory://").unwrap();
+    // Two stores per session whose e_tags are counters (each store's first write is "0"),
+    // holding the same path: a corrupt file in one, in the other the good file (same size,
+    // other bytes, same e_tag) or another corruption. Each table must answer what
+    // DataFusion answers over its own store.
+    let urls = [
+        url::Url::parse("memory://one").unwrap(),
+        url::Url::parse("memory://two").unwrap(),
+    ];
     let lake = LakeCache::builder().build().unwrap();
     let sqls = [
         "SELECT id, name FROM t WHERE name = 'name-012345'",
@@ -130,81 +137,108 @@ async fn queries_over_corrupt_index_bytes_answer_what_datafusion_answers() {
     ];
     // Answered alike; refused by both; refused by the caches while DataFusion answered.
     let (mut same, mut both_refused, mut refused_answered) = (0, 0, Vec::new());
-    let cases = cases() / 10;
+    let (mut alike, cases) = (0, cases() / 10);
     for case in 0..cases {
         let bad = corrupt(&good, 32 << 10, &mut rng);
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let other = match bad.len() == good.len() && rng.random_bool(0.5) {
+            true => good.to_vec(),
+            false => corrupt(&good, 32 << 10, &mut rng),
+        };
         let path = Path::from(format!("fuzz/f{case}.parquet"));
-        store.put(&path, PutPayload::from(bad)).await.unwrap();
-        let table = "memory:///fuzz/";
-        let alone = SessionContext::new_with_config(SessionConfig::new());
-        alone.register_object_store(&url, Arc::clone(&store));
+        let stores: [Arc<dyn ObjectStore>; 2] =
+            [Arc::new(InMemory::new()), Arc::new(InMemory::new())];
+        for (store, bytes) in stores.iter().zip([bad, other]) {
+            store.put(&path, PutPayload::from(bytes)).await.unwrap();
+        }
+        let (one, two) = (
+            stores[0].head(&path).await.unwrap(),
+            stores[1].head(&path).await.unwrap(),
+        );
+        if (one.size, one.e_tag) == (two.size, two.e_tag) {
+            alike += 1;
+        }
         let builder = SessionStateBuilder::new().with_default_features();
         let cached = SessionContext::new_with_state(lake.install(builder).unwrap().build());
-        cached.register_object_store(&url, Arc::clone(&store));
+        for (url, store) in urls.iter().zip(&stores) {
+            cached.register_object_store(url, Arc::clone(store));
+        }
         let options = ParquetReadOptions::default;
         // Each on a task of its own: DataFusion's own schema inference can panic on a
         // corrupt embedded Arrow schema (arrow-ipc), for both sessions alike.
-        let register = |ctx: &SessionContext| {
+        let register = |ctx: &SessionContext, name: &'static str, table: String| {
             let ctx = ctx.clone();
             async move {
-                tokio::spawn(async move { ctx.register_parquet("t", table, options()).await })
+                tokio::spawn(async move { ctx.register_parquet(name, table, options()).await })
                     .await
                     .unwrap_or_else(|e| Err(DataFusionError::External(Box::new(e))))
             }
         };
-        let registered = (register(&alone).await, register(&cached).await);
-        match registered {
-            (Ok(()), Ok(())) => {}
-            (Err(_), Err(_)) => {
-                both_refused += sqls.len();
-                continue;
-            }
-            (Ok(()), Err(e)) => {
-                refused_answered.push(format!("case {case}: registration: {e}"));
-                continue;
-            }
-            // Nothing to compare the caches' answers with; they are checked against the good
-            // file's below when DataFusion's reader refuses a query.
-            (Err(_), Ok(())) => continue,
-        }
-        for sql in sqls {
-            let want = alone.sql(sql).await;
-            let want = match want {
-                Ok(df) => df.collect().await.and_then(|b| sorted_lines(&b)),
-                Err(e) => Err(e),
-            };
-            let got = tokio::spawn({
-                let cached = cached.clone();
-                async move { rows(&cached, sql).await }
-            })
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}, case {case}: `{sql}` panicked: {e}"));
-            match (want, got) {
-                (Ok(w), Ok(g)) => {
-                    assert_eq!(g, w, "seed {seed}, case {case}: `{sql}`");
-                    same += 1;
+        for ((name, url), store) in ["t", "u"].into_iter().zip(&urls).zip(&stores) {
+            let table = format!("{url}/fuzz/");
+            let alone = SessionContext::new_with_config(SessionConfig::new());
+            alone.register_object_store(url, Arc::clone(store));
+            let registered = (
+                register(&alone, name, table.clone()).await,
+                register(&cached, name, table.clone()).await,
+            );
+            match registered {
+                (Ok(()), Ok(())) => {}
+                (Err(_), Err(_)) => {
+                    both_refused += sqls.len();
+                    continue;
                 }
-                (Err(_), Err(_)) => both_refused += 1,
-                (Ok(_), Err(e)) => refused_answered.push(format!("case {case}: `{sql}`: {e}")),
-                (Err(e), Ok(g)) => {
-                    // The caches may decode what DataFusion's own reader refuses (its footer
-                    // reader is stricter about what precedes the footer); rows then must be
-                    // DataFusion's over the good bytes' layout, so accept only an answer of
-                    // the good file.
-                    let good_answer = {
-                        let good_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-                        good_store
-                            .put(&path, PutPayload::from(good.clone()))
-                            .await
-                            .unwrap();
-                        let ctx = SessionContext::new();
-                        ctx.register_object_store(&url, good_store);
-                        ctx.register_parquet("t", table, options()).await.unwrap();
-                        rows(&ctx, sql).await.unwrap()
-                    };
-                    assert_eq!(g, good_answer, "seed {seed}, case {case}: `{sql}`: {e}");
-                    same += 1;
+                (Ok(()), Err(e)) => {
+                    refused_answered.push(format!("case {case}, {url}: registration: {e}"));
+                    continue;
+                }
+                // Nothing to compare the caches' answers with; they are checked against the
+                // good file's below when DataFusion's reader refuses a query.
+                (Err(_), Ok(())) => continue,
+            }
+            for sql in sqls {
+                let sql = sql.replace("FROM t", &format!("FROM {name}"));
+                let want = alone.sql(&sql).await;
+                let want = match want {
+                    Ok(df) => df.collect().await.and_then(|b| sorted_lines(&b)),
+                    Err(e) => Err(e),
+                };
+                let got = tokio::spawn({
+                    let (cached, sql) = (cached.clone(), sql.clone());
+                    async move { rows(&cached, &sql).await }
+                })
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}, case {case}: `{sql}` panicked: {e}"));
+                match (want, got) {
+                    (Ok(w), Ok(g)) => {
+                        assert_eq!(g, w, "seed {seed}, case {case}, {url}: `{sql}`");
+                        same += 1;
+                    }
+                    (Err(_), Err(_)) => both_refused += 1,
+                    (Ok(_), Err(e)) => {
+                        refused_answered.push(format!("case {case}, {url}: `{sql}`: {e}"))
+                    }
+                    (Err(e), Ok(g)) => {
+                        // The caches may decode what DataFusion's own reader refuses (its
+                        // footer reader is stricter about what precedes the footer); rows then
+                        // must be DataFusion's over the good bytes' layout, so accept only an
+                        // answer of the good file.
+                        let good_answer = {
+                            let good_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+                            good_store
+                                .put(&path, PutPayload::from(good.clone()))
+                                .await
+                                .unwrap();
+                            let ctx = SessionContext::new();
+                            ctx.register_object_store(url, good_store);
+                            ctx.register_parquet(name, &table, options()).await.unwrap();
+                            rows(&ctx, &sql).await.unwrap()
+                        };
+                        assert_eq!(
+                            g, good_answer,
+                            "seed {seed}, case {case}, {url}: `{sql}`: {e}"
+                        );
+                        same += 1;
+                    }
                 }
             }
         }
@@ -212,9 +246,10 @@ async fn queries_over_corrupt_index_bytes_answer_what_datafusion_answers() {
     common::report(
         "fuzz",
         &format!(
-            "fuzz queries: seed {seed}, {cases} corrupt files, {same} answers as DataFusion's, \
-             {both_refused} refused by both, {} refused by the caches that DataFusion \
-             answered, 0 panics in a cached query",
+            "fuzz queries: seed {seed}, {cases} corrupt files, each beside another file at the \
+             same path in a second store of the session ({alike} of the same size and counter \
+             e_tag); {same} answers as DataFusion's, {both_refused} refused by both, {} \
+             refused by the caches that DataFusion answered, 0 panics in a cached query",
             refused_answered.len()
         ),
     );

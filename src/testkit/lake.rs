@@ -5,6 +5,7 @@
 //! `id` (Int64, unique across the lake), `name` (Utf8), `category` (Utf8, 8 values),
 //! `value` (Float64), `ts` (Timestamp µs) and `note` (Utf8, one row in 7 null).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -192,10 +193,19 @@ pub fn same_layout_schema() -> SchemaRef {
 /// pages by the wrong statistics. `value` lies in `[2^24, 2^25)`, where every statistic
 /// encodes to the same length.
 pub fn same_layout_file(rows: usize, seed: u64) -> Result<Bytes> {
+    same_layout_file_in(rows, seed, 0..1 << 24)
+}
+
+/// [`same_layout_file`] with every `value` in `2^24 + band` (`band` within `0..2^24`): two
+/// versions whose bands do not meet have the same size and layout, and statistics that rule
+/// out each other's rows, so a reader that pruned one version's bytes by the other's
+/// statistics returns rows of neither.
+pub fn same_layout_file_in(rows: usize, seed: u64, band: Range<i64>) -> Result<Bytes> {
+    let band = band.start.clamp(0, 1 << 24)..band.end.clamp(0, 1 << 24);
     let mut rng = SmallRng::seed_from_u64(seed);
     let ids: Vec<i64> = (0..rows as i64).collect();
     let values: Vec<i64> = (0..rows)
-        .map(|_| (1 << 24) + rng.random_range(0..(1 << 24)))
+        .map(|_| (1 << 24) + rng.random_range(band.clone()))
         .collect();
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(ids)),

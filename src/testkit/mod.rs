@@ -21,6 +21,7 @@ mod http;
 pub mod lake;
 mod latency;
 mod proxy;
+mod race;
 pub mod requests;
 mod s3;
 mod session;
@@ -34,6 +35,7 @@ pub use fault::{FaultStore, Op};
 pub use http::HttpDir;
 pub use latency::LatencyStore;
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
+pub use race::RaceStore;
 pub use s3::{S3Server, s3_server, s3_server_addr, s3_store_via};
 pub use session::{LakeLocation, context, query};
 
