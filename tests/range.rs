@@ -313,7 +313,11 @@ async fn sessions_at_once(
     n: usize,
     sql: &str,
     want: &[String],
-) -> (datafusion_lakecache::testkit::RequestCounts, LakeCache) {
+) -> (
+    datafusion_lakecache::testkit::RequestCounts,
+    LakeCache,
+    Vec<String>,
+) {
     let lake = LakeCache::builder().build().unwrap();
     let counted = b.counting();
     let remote = counted.clone() as Arc<dyn ObjectStore>;
@@ -330,7 +334,18 @@ async fn sessions_at_once(
     // Hedged copies (at most one request in twenty) are counted apart.
     let mut counts = counted.counts();
     counts.get -= lake.stats().store.hedged;
-    (counts, lake)
+    (counts, lake, requested(&counted))
+}
+
+/// The GETs `counted` saw, by file and range, sorted: what a failure names.
+fn requested(counted: &common::Counted) -> Vec<String> {
+    let mut gets: Vec<String> = counted
+        .gets()
+        .iter()
+        .map(|(path, range)| format!("{} {range:?}", path.filename().unwrap_or_default()))
+        .collect();
+    gets.sort();
+    gets
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,8 +354,8 @@ async fn concurrent_cold_sessions_share_every_download() {
         b.write(&LakeSpec::small_files(12)).await;
         for sql in [WORKLOAD[0], WORKLOAD[1]] {
             let want = scan(&b, b.raw.clone(), sql).await.unwrap();
-            let (alone, _) = sessions_at_once(&b, 1, sql, &want).await;
-            let (four, lake) = sessions_at_once(&b, 4, sql, &want).await;
+            let (alone, _, _) = sessions_at_once(&b, 1, sql, &want).await;
+            let (four, lake, gets) = sessions_at_once(&b, 4, sql, &want).await;
             let r = lake.stats().range;
             eprintln!("{}: one session {alone:?}, four {four:?}, {r:?}", b.name);
             // Each file's footer (at registration) and data, read once for all four: what
@@ -348,7 +363,8 @@ async fn concurrent_cold_sessions_share_every_download() {
             let once = 2 * 12;
             assert!(
                 four.get <= once && alone.get <= once,
-                "{}: {four:?} for four sessions, {alone:?} for one: {sql}",
+                "{}: {four:?} for four sessions, {alone:?} for one: {sql}; the four's GETs: \
+                 {gets:#?}",
                 b.name
             );
             // Each download was made once: joined while in flight or, where one session ran
