@@ -1,11 +1,12 @@
-//! Slow tails and hedged requests: a cold scan of 200 small files on a simulated store where
-//! one request in 100 takes 20 times the latency, 50 runs each of vanilla DataFusion,
+//! Slow tails and hedged requests: a cold scan of 200 small files on a simulated store whose
+//! waits spread as S3's do (`LatencyStore::s3_like`: a log-normal body around the latency,
+//! sigma 0.5) where one request in 100 takes 20 times the latency, 50 runs each of vanilla DataFusion,
 //! lakecache with `lakecache.store.hedge` off, and lakecache with its defaults (hedging on),
 //! interleaved. Figures: the percentiles of the query's time, and the requests that reached
 //! the store (hedges included) against those of the run without hedging. Then first contact
 //! (registration and the first query, timed together) with the defaults and with hedging off,
-//! on the store with its slow tail and on the same store without it: the median of each and
-//! the ratio of tail to no tail.
+//! on the store with its slow tail and on the same store without it (the same log-normal
+//! body): the median of each, the ratio of tail to no tail, and the share of requests copied.
 //!
 //! Each run is a new `LakeCache` and session. Registering the table (a listing and the
 //! footers, read with a 64 KiB `metadata_size_hint` on both sides so that files this small are
@@ -26,7 +27,7 @@ use datafusion::error::Result;
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::LakeSpec;
-use datafusion_lakecache::testkit::{ContentETags, CountingStore, LatencyStore};
+use datafusion_lakecache::testkit::{ContentETags, CountingStore, LatencyStore, S3_SIGMA};
 use object_store::ObjectStore;
 use url::Url;
 
@@ -60,8 +61,9 @@ async fn cold(store: &Arc<Remote>, hedge: Option<bool>) -> Result<(Duration, u64
     Ok((took, store.counts().get, lake.stats().store.hedged - hedged))
 }
 
-/// One first contact on a side (registration and the first query, timed together).
-async fn first_contact(store: &Arc<Remote>, hedge: bool) -> Result<Duration> {
+/// One first contact on a side (registration and the first query, timed together); its time,
+/// and the GETs and hedges it made.
+async fn first_contact(store: &Arc<Remote>, hedge: bool) -> Result<(Duration, u64, u64)> {
     let lake = LakeCache::builder()
         .set(
             "lakecache.store.hedge",
@@ -71,11 +73,13 @@ async fn first_contact(store: &Arc<Remote>, hedge: bool) -> Result<Duration> {
     let ctx = context(Some(&lake))?;
     let url = Url::parse("s3://lake").expect("static URL");
     ctx.register_object_store(&url, Arc::clone(store) as Arc<dyn ObjectStore>);
+    store.reset();
     let began = std::time::Instant::now();
     ctx.register_parquet("t", "s3://lake/lake/", ParquetReadOptions::default())
         .await?;
     run(&ctx, SQL).await?;
-    Ok(began.elapsed())
+    let took = began.elapsed();
+    Ok((took, store.counts().get, lake.stats().store.hedged))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -87,16 +91,17 @@ async fn main() -> Result<()> {
     let (memory, _) = memory_lake(&LakeSpec::small_files(files)).await?;
     let s3_like = Arc::new(ContentETags::new(memory as Arc<dyn ObjectStore>));
     s3_like.learn(None).await?;
-    let slow = LatencyStore::new(Arc::clone(&s3_like) as Arc<dyn ObjectStore>, latency)
-        .with_bandwidth(bandwidth)
-        .with_tail(100, 20, 7);
+    let slow = LatencyStore::s3_like(Arc::clone(&s3_like) as Arc<dyn ObjectStore>, latency, 7)
+        .with_bandwidth(bandwidth);
     let store = Arc::new(CountingStore::new(Arc::new(slow) as Arc<dyn ObjectStore>));
-    let even =
-        LatencyStore::new(s3_like as Arc<dyn ObjectStore>, latency).with_bandwidth(bandwidth);
+    let even = LatencyStore::new(s3_like as Arc<dyn ObjectStore>, latency)
+        .with_spread(S3_SIGMA, 7)
+        .with_bandwidth(bandwidth);
     let no_tail = Arc::new(CountingStore::new(Arc::new(even) as Arc<dyn ObjectStore>));
     println!(
-        "{files} files of 5,000 rows; {} ms per request, 1 in 100 taking 20x; one {} Gbit/s \
-         link; {runs} cold runs per side, interleaved; query: {SQL}",
+        "{files} files of 5,000 rows; {} ms median per request, log-normal (sigma {S3_SIGMA}), \
+         1 in 100 taking 20x; one {} Gbit/s link; {runs} cold runs per side, interleaved; \
+         query: {SQL}",
         latency.as_millis(),
         bandwidth / 125_000_000
     );
@@ -128,14 +133,19 @@ async fn main() -> Result<()> {
     println!("first contact (registration + the query), medians of {runs} fresh caches:");
     for (name, hedge) in [("defaults", true), ("no hedge", false)] {
         let (mut tail, mut even) = (Vec::new(), Vec::new());
+        let (mut gets, mut hedged) = (0, 0);
         for _ in 0..runs {
-            tail.push(first_contact(&store, hedge).await?);
-            even.push(first_contact(&no_tail, hedge).await?);
+            let (took, g, h) = first_contact(&store, hedge).await?;
+            tail.push(took);
+            (gets, hedged) = (gets + g, hedged + h);
+            even.push(first_contact(&no_tail, hedge).await?.0);
         }
         let (t, e) = (percentile(&tail, 50.0), percentile(&even, 50.0));
         println!(
-            "  {name:<9} with the tail {t:>7.1} ms, without {e:>7.1} ms: {:.2}x",
-            t / e
+            "  {name:<9} with the tail {t:>7.1} ms, without {e:>7.1} ms: {:.2}x; {hedged} of \
+             {gets} GETs copies (1 in {:.0})",
+            t / e,
+            gets as f64 / hedged.max(1) as f64
         );
     }
     Ok(())

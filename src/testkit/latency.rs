@@ -34,7 +34,9 @@ const LIST_PAGE: usize = 1000;
 /// response itself comes after the latency; its body arrives as it crosses the link.
 ///
 /// With [`LatencyStore::with_tail`], some requests take many times the latency, as a few in
-/// a hundred do on object stores.
+/// a hundred do on object stores. With [`LatencyStore::with_spread`], each request's wait is
+/// drawn from a log-normal body around the latency (its median); [`LatencyStore::s3_like`]
+/// has both, as S3's time to first byte has.
 ///
 /// ```
 /// # use std::time::Duration;
@@ -52,7 +54,13 @@ pub struct LatencyStore<S> {
     link: Option<Link>,
     /// One request in `.0` takes `.1` times the latency; which ones, a seeded draw decides.
     tail: Option<(u64, u32, Mutex<SmallRng>)>,
+    /// The sigma of a log-normal spread of each wait around the latency, and its draws.
+    spread: Option<(f64, Mutex<SmallRng>)>,
 }
+
+/// The spread of [`LatencyStore::s3_like`]: log-normal with sigma 0.5 around the median (its
+/// 99th percentile 3.2 times the median), as S3's time to first byte is reported to spread.
+pub const S3_SIGMA: f64 = 0.5;
 
 /// A simulated link: bytes per second, and when it is next free.
 type Link = (u64, Arc<Mutex<Instant>>);
@@ -65,7 +73,24 @@ impl<S: ObjectStore> LatencyStore<S> {
             latency,
             link: None,
             tail: None,
+            spread: None,
         }
+    }
+
+    /// Delays every request to `inner` as S3 is reported to: a log-normal body of waits whose
+    /// median is `median` (sigma [`S3_SIGMA`]), and one request in a hundred 20 times longer,
+    /// drawn from `seed`.
+    pub fn s3_like(inner: S, median: Duration, seed: u64) -> Self {
+        Self::new(inner, median)
+            .with_spread(S3_SIGMA, seed)
+            .with_tail(100, 20, seed.wrapping_add(1))
+    }
+
+    /// Draws each request's wait from a log-normal distribution whose median is the latency
+    /// and whose sigma is `sigma` (from `seed`), rather than charging every request alike.
+    pub fn with_spread(mut self, sigma: f64, seed: u64) -> Self {
+        self.spread = Some((sigma.max(0.0), Mutex::new(SmallRng::seed_from_u64(seed))));
+        self
     }
 
     /// Makes one request in `one_in` (drawn from `seed`) take `factor` times the latency.
@@ -89,16 +114,29 @@ impl<S: ObjectStore> LatencyStore<S> {
     }
 
     async fn round_trip(&self) {
+        let latency = self.draw();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+
+    /// The wait of the next request.
+    fn draw(&self) -> Duration {
         let mut latency = self.latency;
+        if let Some((sigma, rng)) = &self.spread {
+            let mut rng = rng.lock().unwrap_or_else(|p| p.into_inner());
+            // A standard normal draw (Box-Muller), then its log-normal around the median.
+            let (u, v): (f64, f64) = (rng.random_range(f64::EPSILON..1.0), rng.random());
+            let normal = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+            latency = latency.mul_f64((sigma * normal).exp());
+        }
         if let Some((one_in, factor, rng)) = &self.tail {
             let mut rng = rng.lock().unwrap_or_else(|p| p.into_inner());
             if rng.random_range(0..*one_in) == 0 {
                 latency *= *factor;
             }
         }
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
+        latency
     }
 
     fn paged(
@@ -238,6 +276,22 @@ mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
+
+    #[test]
+    fn waits_spread_log_normally_around_the_median() {
+        let store =
+            LatencyStore::new(InMemory::new(), Duration::from_millis(20)).with_spread(0.5, 7);
+        let mut waits: Vec<Duration> = (0..2000).map(|_| store.draw()).collect();
+        waits.sort();
+        let (p50, p99) = (waits[1000], waits[1980]);
+        assert!(
+            p50 > Duration::from_millis(18) && p50 < Duration::from_millis(22),
+            "{p50:?}"
+        );
+        // exp(2.33 * 0.5) = 3.2 times the median, give or take the sample.
+        let ratio = p99.as_secs_f64() / p50.as_secs_f64();
+        assert!((2.6..4.0).contains(&ratio), "{ratio}");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_downloads_share_the_link() {

@@ -33,7 +33,7 @@ pub use counting::{CountingStore, RequestCounts};
 pub use digests::ContentETags;
 pub use fault::{FaultStore, Op};
 pub use http::HttpDir;
-pub use latency::LatencyStore;
+pub use latency::{LatencyStore, S3_SIGMA};
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
 pub use race::RaceStore;
 pub use s3::{S3Server, s3_server, s3_server_addr, s3_store_via};
