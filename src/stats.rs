@@ -101,6 +101,8 @@ pub struct HandleStats {
     pub metadata: CacheStats,
     /// Listing (LIST) lookups.
     pub listings: CacheStats,
+    /// Bytes the cached listings hold (`lakecache.handle.listing_bytes` bounds them).
+    pub listing_bytes: u64,
     /// Proofs of access: lookups of whether a store identity has shown it can read a
     /// version, before it gets a cache hit for it.
     pub proofs: CacheStats,
@@ -302,6 +304,7 @@ impl LakeStats {
             ("handle.files", "open_now", h.open_files),
             ("handle.metadata", "version_changes", h.version_changes),
             ("handle.proofs", "heads", h.proof_heads),
+            ("handle.listings", "bytes", h.listing_bytes),
             ("index", "bytes", self.index.bytes),
             ("index", "footer_loads", self.index.footer_loads),
             ("index", "bloom_loads", self.index.bloom_loads),

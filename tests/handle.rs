@@ -273,6 +273,7 @@ async fn the_configured_capacity_bounds_the_cache() {
         let capacity = 6;
         let lake = LakeCache::builder()
             .handle_capacity(capacity)
+            .handle_listing_bytes(1 << 10)
             .max_open_files(4)
             .build()
             .unwrap();
@@ -287,7 +288,7 @@ async fn the_configured_capacity_bounds_the_cache() {
         assert!(stats.files.entries <= 4, "{}: {stats:?}", b.name);
         assert_eq!(
             stats.listings.entries, 0,
-            "24 objects exceed a capacity of 6: {stats:?}"
+            "a listing of 24 objects is larger than 1 KiB: {stats:?}"
         );
     }
 }

@@ -36,6 +36,7 @@ fn open_descriptors() -> usize {
 fn tiny(dir: &std::path::Path) -> LakeCache {
     LakeCache::builder()
         .handle_capacity(8)
+        .handle_listing_bytes(2 << 10)
         .handle_ttl(Duration::from_millis(20))
         .list_ttl(Duration::from_millis(5))
         .max_open_files(4)
@@ -144,11 +145,11 @@ async fn load(b: Backend) {
         &format!(
             "load {}: {SESSIONS} sessions x {QUERIES_EACH} queries: {ok} answered, {failed} \
              refused a changed file, {replaced} replacements; within bounds: metadata {} of \
-             8, listings {} of 8, descriptors {} of 4, index {} of 65536 bytes, memory {} of \
+             8, listings {} of 2048 bytes, descriptors {} of 4, index {} of 65536 bytes, memory {} of \
              1048576 bytes, disk {} of 1048576 bytes; {} index and {} range evictions",
             b.name,
             s.handle.metadata.entries,
-            s.handle.listings.entries,
+            s.handle.listing_bytes,
             s.handle.files.entries,
             s.index.bytes,
             s.range.memory_bytes,
@@ -158,7 +159,7 @@ async fn load(b: Backend) {
         ),
     );
     assert!(s.handle.metadata.entries <= 8, "{s:?}");
-    assert!(s.handle.listings.entries <= 8, "{s:?}");
+    assert!(s.handle.listing_bytes <= 2 << 10, "{s:?}");
     assert!(s.handle.files.entries <= 4, "{s:?}");
     assert!(s.index.bytes <= 64 << 10, "{s:?}");
     assert!(s.range.memory_bytes <= 1 << 20, "{s:?}");

@@ -66,10 +66,14 @@ macro_rules! setting_table {
                 enabled: bool = true, Flag, "lakecache.handle.enabled", handle_cache, Shared,
                     "Whether object metadata (HEAD, LIST) and local descriptors are cached.",
                     "Off: every HEAD and LIST reaches the store and no descriptor is kept. Scans still read at the version they planned with, and their bytes are still kept.";
-                capacity: u64 = 10_000, Count { min: 1, max: 1 << 40 },
+                capacity: u64 = 100_000, Count { min: 1, max: 1 << 40 },
                     "lakecache.handle.capacity", handle_capacity, Shared,
-                    "Object metadata entries (HEAD, GET and LIST results) kept.",
-                    "Also bounds cached listings, weighed one per object. More entries: fewer HEADs on huge lakes, a little more memory (about 200 bytes each).";
+                    "Object metadata entries (HEAD, GET and LIST results) kept, and as many proofs of access.",
+                    "Hold a table's files, or every warm query asks the store a HEAD per file it lacks (said once in the log when entries are evicted for room). More entries: more memory, about 3.4 KiB per file at most (docs/tuning.md). Listings have a bound of their own (`listing_bytes`).";
+                listing_bytes: u64 = 256 << 20, Size { min: 1, max: PIB },
+                    "lakecache.handle.listing_bytes", handle_listing_bytes, Shared,
+                    "Bytes of cached listings kept, each listed object weighing its path, e_tag and about 100 bytes.",
+                    "A listing larger than this is not cached (said once in the log): every query lists its prefix again. About 150 MiB holds a listing of a million objects.";
                 ttl: Duration = Duration::from_secs(600), Span,
                     "lakecache.handle.ttl", handle_ttl, Shared,
                     "How long cached object metadata and open descriptors are trusted; 0 means no expiry.",

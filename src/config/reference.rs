@@ -141,7 +141,7 @@ mod tests {
             assert_eq!(rows.len(), 1, "{}: {rows:?}", setting.key);
         }
         assert!(reference.contains(
-            "| `lakecache.handle.capacity` | `handle_capacity` | 10000 | an integer from 1 to \
+            "| `lakecache.handle.capacity` | `handle_capacity` | 100000 | an integer from 1 to \
              1099511627776 |"
         ));
         assert!(reference.contains("| `lakecache.range.disk_dir` | `range_disk_dir` | none |"));

@@ -139,7 +139,7 @@ fn sessions_set_their_prefetching_and_are_refused_shared_settings() {
     let mut options = LakeOptions::new(Settings::default());
     options.set("prefetch.max_in_flight", "16").unwrap();
     assert_eq!(options.settings.prefetch.max_in_flight, 16);
-    options.set("handle.capacity", "10000").unwrap();
+    options.set("handle.capacity", "100000").unwrap();
     let msg = options.set("handle.capacity", "5").unwrap_err().to_string();
     assert!(msg.contains("LakeCache::builder().set"), "{msg}");
     let entries = options.entries();

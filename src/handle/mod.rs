@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use moka::notification::RemovalCause;
 use moka::sync::Cache;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
@@ -58,6 +59,35 @@ impl Listing {
             common_prefixes: self.common_prefixes.clone(),
         }
     }
+
+    /// The objects of `listing` one at a time, each copied as it is taken: a listing served
+    /// from the cache holds one copy of its objects, however many read it at once.
+    pub(crate) fn stream(listing: Arc<Listing>) -> impl Iterator<Item = ObjectMeta> {
+        (0..listing.objects.len()).map(move |i| listing.objects[i].clone())
+    }
+
+    /// The bytes it holds, as weighed against `lakecache.handle.listing_bytes`.
+    fn weight(&self) -> u64 {
+        let objects: u64 = self.objects.iter().map(listed_bytes).sum();
+        let prefixes: u64 = self
+            .common_prefixes
+            .iter()
+            .map(|p| p.as_ref().len() as u64 + PER_OBJECT)
+            .sum();
+        objects + prefixes + PER_OBJECT
+    }
+}
+
+/// What one object of a listing weighs besides its path and e_tag: `ObjectMeta`'s fields and
+/// their allocations.
+const PER_OBJECT: u64 = 100;
+
+/// The bytes `meta` takes in a cached listing.
+pub(crate) fn listed_bytes(meta: &ObjectMeta) -> u64 {
+    let text = meta.location.as_ref().len()
+        + meta.e_tag.as_ref().map_or(0, String::len)
+        + meta.version.as_ref().map_or(0, String::len);
+    text as u64 + PER_OBJECT
 }
 
 /// One object as one store identity has seen it: the key of recorded metadata. What a store
@@ -80,6 +110,12 @@ pub(crate) struct Epoch {
     invalidations: u64,
     recordings: u64,
 }
+
+/// Whether the handle cache's evicting for room was logged (once per process).
+static FULL_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a listing too large to cache was logged (once per process).
+static LISTING_TOO_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Locks recordings are spread over (see `Inner::recording`).
 const RECORDING_STRIPES: usize = 64;
@@ -153,6 +189,7 @@ impl HandleCache {
     pub fn try_new(config: HandleConfig) -> datafusion::error::Result<Self> {
         let meta_counters = Arc::new(CacheCounters::default());
         let paths: PathIndex = Arc::default();
+        let capacity = config.capacity;
         let metas = with_expiry(
             Cache::builder().max_capacity(config.capacity),
             config.ttl,
@@ -163,19 +200,23 @@ impl HandleCache {
             move |key: Arc<Seen>, gone: Recorded, cause| {
                 c.removed(cause);
                 unindex(&paths, &key, gone.token);
+                if cause == RemovalCause::Size && !FULL_LOGGED.swap(true, Relaxed) {
+                    log::warn!(
+                        "the handle cache is full (lakecache.handle.capacity = {capacity}): \
+                         objects it lets go of cost a HEAD on their next read; raise \
+                         lakecache.handle.capacity above the files of the tables queried"
+                    );
+                }
             }
         })
         .build();
-        // Listings weigh one per object, so a few huge prefixes cannot hold more metadata
-        // than the handle capacity allows.
+        // Listings weigh their bytes, within a bound of their own: a table of a million
+        // files is one listing, held whole.
         let list_counters = Arc::new(CacheCounters::default());
         let lists = with_expiry(
             Cache::builder()
-                .max_capacity(config.capacity)
-                .weigher(|_, l: &Arc<Listing>| {
-                    let n = l.objects.len() + l.common_prefixes.len() + 1;
-                    u32::try_from(n).unwrap_or(u32::MAX)
-                }),
+                .max_capacity(config.listing_bytes)
+                .weigher(|_, l: &Arc<Listing>| u32::try_from(l.weight()).unwrap_or(u32::MAX)),
             config.list_ttl,
             config.idle_timeout,
         )
@@ -229,11 +270,12 @@ impl HandleCache {
     pub fn stats(&self) -> HandleStats {
         let i = &self.inner;
         settle(&i.metas, i.config.capacity);
-        settle(&i.lists, i.config.capacity);
+        settle(&i.lists, i.config.listing_bytes);
         settle(&i.proofs, i.config.capacity);
         HandleStats {
             metadata: i.meta_counters.snapshot(i.metas.entry_count()),
             listings: i.list_counters.snapshot(i.lists.entry_count()),
+            listing_bytes: i.lists.weighted_size(),
             proofs: i.proof_counters.snapshot(i.proofs.entry_count()),
             proof_heads: i.proof_heads.load(Relaxed),
             files: i.files.stats(),
@@ -392,21 +434,32 @@ impl HandleCache {
         }
     }
 
-    /// Caches a complete listing. A listing with more objects than the capacity is not kept,
-    /// nor one that started (at `epoch`) before an invalidation: it may have missed the write
+    /// Caches a complete listing. A listing larger than the listing bound is not kept, nor
+    /// one that started (at `epoch`) before an invalidation: it may have missed the write
     /// that caused it.
-    pub(crate) fn record_listing(&self, key: ListKey, listing: Listing, epoch: Epoch) {
+    pub(crate) fn record_listing(&self, key: ListKey, listing: Arc<Listing>, epoch: Epoch) {
         if self.epoch().invalidations != epoch.invalidations || !self.inner.config.enabled {
             return;
         }
-        if self.listing_fits(listing.objects.len()) {
-            self.inner.lists.insert(key, Arc::new(listing));
+        if self.listing_fits(listing.weight()) {
+            self.inner.lists.insert(key, listing);
         }
     }
 
-    /// Whether a listing still being collected is small enough to be cached.
-    pub(crate) fn listing_fits(&self, objects: usize) -> bool {
-        (objects as u64) < self.inner.config.capacity
+    /// Whether a listing of `bytes` (so far) can be cached; says once per process, in the
+    /// log, which setting to raise when it cannot.
+    pub(crate) fn listing_fits(&self, bytes: u64) -> bool {
+        let bound = self.inner.config.listing_bytes;
+        // moka admits an entry only below its whole capacity.
+        let fits = bytes < bound;
+        if !fits && !LISTING_TOO_LARGE.swap(true, Relaxed) {
+            log::warn!(
+                "a listing of {bytes} bytes or more is larger than lakecache.handle.listing_bytes \
+                 ({bound}): it is not cached, and every query lists its prefix again; raise \
+                 lakecache.handle.listing_bytes to keep it"
+            );
+        }
+        fits
     }
 
     /// Whether a store of `identity` has shown it can read `version`, counted as a lookup.

@@ -74,7 +74,7 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
             objects: vec![old.clone()],
             common_prefixes: vec![],
         };
-        cache.record_listing(k.clone(), listing, cache.epoch());
+        cache.record_listing(k.clone(), Arc::new(listing), cache.epoch());
     }
     cache.record(
         &me(),
@@ -311,7 +311,7 @@ fn an_identitys_listings_are_its_own_and_a_change_drops_only_its_own() {
             objects: vec![meta("dir/a", 10, Some("v1"))],
             common_prefixes: vec![],
         };
-        cache.record_listing(key, listing, cache.epoch());
+        cache.record_listing(key, Arc::new(listing), cache.epoch());
     }
     cache.record(
         &other,

@@ -170,6 +170,11 @@ impl IndexCache {
         })
     }
 
+    /// The bytes of footers, page indexes and bloom filters the cache keeps at most.
+    pub(crate) fn capacity_bytes(&self) -> u64 {
+        self.inner.config.capacity_bytes
+    }
+
     /// Footer lookups so far (hits and misses), read without cache maintenance.
     pub(crate) fn footer_lookups(&self) -> u64 {
         let i = &self.inner;

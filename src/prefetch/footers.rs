@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,11 @@ use futures::stream::{self, StreamExt};
 use object_store::ObjectMeta;
 
 use crate::config::PrefetchConfig;
+use crate::handle::Listing;
 use crate::index::IndexCache;
 use crate::index::footer::load_footer;
 use crate::object::{ObjectVersion, StoreKey};
-use crate::store::{AfterListing, Link, StoreReads};
+use crate::store::{AfterListing, Link, StoreReads, is_parquet};
 
 /// Bytes read from a file's end for its footer before the store has shown a larger one.
 const FIRST_FOOTER_READ: u64 = 64 << 10;
@@ -75,8 +76,12 @@ impl FooterWarmup {
 }
 
 impl AfterListing for FooterWarmup {
-    fn listed(&self, reads: StoreReads, files: Vec<ObjectMeta>) -> BoxFuture<'static, ()> {
+    fn listed(&self, reads: StoreReads, listed: Arc<Listing>) -> BoxFuture<'static, ()> {
         let (index, needed) = (self.index.clone(), Arc::clone(&self.needed));
+        // At most half the index cache: footers loaded past what it keeps would push out
+        // each other (and every other table's) before the reads that follow.
+        let room = index.capacity_bytes() / 2;
+        let kept = Arc::new(AtomicU64::new(0));
         let read_from_end = needed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -87,19 +92,40 @@ impl AfterListing for FooterWarmup {
         let at_once = at_once.min(self.config.max_in_flight);
         async move {
             let began = Instant::now();
-            let mut read = 0;
+            let (mut read, mut loaded) = (0, 0);
+            // Taken one at a time as downloads free up, each copied as it is taken.
+            let files = {
+                let (listed, kept) = (Arc::clone(&listed), Arc::clone(&kept));
+                (0..listed.objects.len())
+                    .take_while(move |_| kept.load(Relaxed) < room)
+                    .filter_map(move |i| {
+                        let meta = &listed.objects[i];
+                        is_parquet(meta).then(|| meta.clone())
+                    })
+            };
             stream::iter(files)
                 .map(|meta| warm(&reads, &index, meta, read_from_end))
                 .buffer_unordered(at_once)
                 .for_each(|footer| {
-                    if let Some(bytes) = footer {
+                    if let Some((bytes, weight)) = footer {
                         index.note_warmed();
                         remember(&needed, reads.store_key(), bytes);
                         read += bytes;
+                        loaded += 1;
+                        kept.fetch_add(weight, Relaxed);
                     }
                     async {}
                 })
                 .await;
+            if kept.load(Relaxed) >= room && !ROOM_LOGGED.swap(true, Relaxed) {
+                let files = listed.objects.iter().filter(|m| is_parquet(m)).count();
+                log::warn!(
+                    "the footers of {loaded} of the {files} Parquet files a listing showed fill \
+                     half of lakecache.index.capacity ({} bytes): the others are loaded as \
+                     queries read them; raise lakecache.index.capacity to keep them all",
+                    index.capacity_bytes()
+                );
+            }
             if let Some(link) = measured(read, began.elapsed(), reads.typical_wait()) {
                 reads.raise_link(link);
             }
@@ -108,15 +134,18 @@ impl AfterListing for FooterWarmup {
     }
 }
 
+/// Whether a listing whose footers outgrew the index cache was logged (once per process).
+static ROOM_LOGGED: AtomicBool = AtomicBool::new(false);
+
 /// Loads (or proves) the footer of `meta` through `reads`, reading `read_from_end` bytes
 /// first. Returns the bytes from the file's end its footer and page index took (0 if it was
-/// held already), or `None` if it could not be had.
+/// held already) and the bytes the decoded footer takes, or `None` if it could not be had.
 async fn warm(
     reads: &StoreReads,
     index: &IndexCache,
     meta: ObjectMeta,
     read_from_end: u64,
-) -> Option<u64> {
+) -> Option<(u64, u64)> {
     let version = reads.completed(&reads.version_of(&meta, None));
     let version = match version.pins_bytes() {
         true => version,
@@ -127,9 +156,9 @@ async fn warm(
         }
         false => version,
     };
-    if index.cached_metadata(&version).is_some() {
+    if let Some(held) = index.cached_metadata(&version) {
         reads.prove(&version).await.ok()?;
-        return Some(0);
+        return Some((0, held.memory_size() as u64));
     }
     let lowest = Arc::new(AtomicU64::new(u64::MAX));
     // The versions the load's reads were of (see `StoreReads::read_shown`).
@@ -156,11 +185,13 @@ async fn warm(
             load_footer(&version, Some(hint), read).await
         }
     };
+    let weight;
     if version.pins_bytes() {
-        let (_, found) = index
+        let (footer, found) = index
             .metadata(&version, reads.identity(), load)
             .await
             .ok()?;
+        weight = footer.memory_size() as u64;
         if found {
             // Another identity's load: this store has still to show it can read the file.
             reads.prove(&version).await.ok()?;
@@ -169,6 +200,7 @@ async fn warm(
         // Kept under the version its reads showed, if they all showed one: not the version
         // recorded once the load is done, which may be a rewrite's that came in between.
         let footer = load.await.ok()?;
+        weight = footer.memory_size() as u64;
         let shown = lock(&shown);
         if let Some(of) = shown.first()
             && shown.iter().all(|s| s == of)
@@ -177,7 +209,10 @@ async fn warm(
         }
     }
     let lowest = lowest.load(Relaxed);
-    Some(version.size().saturating_sub(lowest.min(version.size())))
+    Some((
+        version.size().saturating_sub(lowest.min(version.size())),
+        weight,
+    ))
 }
 
 /// What footer reads sent at once showed of the link: `bytes` arrived `elapsed` after they

@@ -207,8 +207,8 @@ fn per_cache(settings: &Settings, s: &LakeStats) -> Vec<CacheRow> {
         ),
         counted(
             "handle.listings",
-            None,
-            Some(handle.capacity),
+            Some(s.handle.listing_bytes),
+            Some(handle.listing_bytes),
             s.handle.listings,
         ),
         counted("handle.files", None, Some(descriptors), s.handle.files),

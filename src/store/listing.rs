@@ -28,20 +28,21 @@ use tokio::sync::watch;
 
 use super::StoreReads;
 use super::reads::naming;
-use crate::handle::{Epoch, ListKey, ListKind, Listing};
+use crate::handle::{Epoch, ListKey, ListKind, Listing, listed_bytes};
 use crate::object::listing_changes;
 
 /// What the layers above do with the Parquet files a listing showed, before its end is
 /// handed on: the prefetch layer loads their footers (`crate::prefetch::FooterWarmup`).
 pub(crate) trait AfterListing: std::fmt::Debug + Send + Sync {
-    /// Runs once a listing made through `reads` ends, with the Parquet files it showed; the
-    /// listing ends for its consumer when the future does. Failures are not the listing's:
-    /// whoever reads a file later meets them.
-    fn listed(&self, reads: StoreReads, files: Vec<ObjectMeta>) -> BoxFuture<'static, ()>;
+    /// Runs once a listing made through `reads` ends, with what it showed (the listing as it
+    /// is cached, no copy of it; [`is_parquet`] tells the files a table reads); the listing
+    /// ends for its consumer when the future does. Failures are not the listing's: whoever
+    /// reads a file later meets them.
+    fn listed(&self, reads: StoreReads, listed: Arc<Listing>) -> BoxFuture<'static, ()>;
 }
 
 /// Whether a table of Parquet files would read `meta` (its name ends in `.parquet`).
-fn is_parquet(meta: &ObjectMeta) -> bool {
+pub(crate) fn is_parquet(meta: &ObjectMeta) -> bool {
     meta.size > 0
         && meta
             .location
@@ -75,7 +76,7 @@ impl StoreReads {
         let handles = &self.caches().handles;
         let changes = listing_changes(prefix);
         if !changes && let Some(cached) = handles.listing(&key) {
-            return stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed();
+            return stream::iter(Listing::stream(cached).map(Ok)).boxed();
         }
         let fresh = {
             let inner = Arc::clone(&self.inner().inner);
@@ -104,7 +105,7 @@ impl StoreReads {
         stream::once(async move {
             let _ = under_way.wait_for(|ended| *ended).await;
             match this.caches().handles.listing(&key) {
-                Some(cached) => stream::iter(cached.objects.clone().into_iter().map(Ok)).boxed(),
+                Some(cached) => stream::iter(Listing::stream(cached).map(Ok)).boxed(),
                 None => this.recording(Some(key), fresh()),
             }
         })
@@ -141,7 +142,7 @@ impl StoreReads {
             objects: result.objects.clone(),
             common_prefixes: result.common_prefixes.clone(),
         };
-        handles.record_listing(key, listing, epoch);
+        handles.record_listing(key, Arc::new(listing), epoch);
         Ok(result)
     }
 
@@ -164,8 +165,10 @@ impl StoreReads {
             // again. A cloud store's listing panics when polled past its end.
             listing: listing.fuse().boxed(),
             reads: self.clone(),
-            seen: key.as_ref().map(|_| Vec::new()),
-            parquet: warm.then(Vec::new),
+            seen: key.as_ref().map(|_| (Vec::new(), 0)),
+            warm,
+            parquet: Vec::new(),
+            ended_as: None,
             key,
             epoch: self.caches().handles.epoch(),
             under_way,
@@ -217,10 +220,16 @@ struct UnderWay {
 struct Recording {
     listing: BoxStream<'static, Result<ObjectMeta>>,
     reads: StoreReads,
-    /// Everything shown so far, while it can still be cached.
-    seen: Option<Vec<ObjectMeta>>,
-    /// The Parquet files shown so far, for [`AfterListing`] (`None`: not asked).
-    parquet: Option<Vec<ObjectMeta>>,
+    /// Everything shown so far, and its bytes, while it can still be cached.
+    seen: Option<(Vec<ObjectMeta>, u64)>,
+    /// Whether [`AfterListing`] is to see the listing's Parquet files.
+    warm: bool,
+    /// The Parquet files shown, for [`AfterListing`], once `seen` is no longer kept (while it
+    /// is, they are in it).
+    parquet: Vec<ObjectMeta>,
+    /// The listing as it is cached, once it ended (built from `seen` before its footers are
+    /// loaded, so that a listing whose consumer went away meanwhile still records it).
+    ended_as: Option<Arc<Listing>>,
     key: Option<ListKey>,
     epoch: Epoch,
     under_way: Option<UnderWay>,
@@ -236,38 +245,63 @@ impl Recording {
         self.reads.observe_listed(meta, self.epoch);
         let handles = &self.reads.caches().handles;
         match &mut self.seen {
-            Some(seen) if handles.listing_fits(seen.len() + 1) => seen.push(meta.clone()),
-            _ => self.seen = None,
+            Some((seen, bytes)) if handles.listing_fits(*bytes + listed_bytes(meta)) => {
+                *bytes += listed_bytes(meta);
+                seen.push(meta.clone());
+                return;
+            }
+            Some((seen, _)) => {
+                // Too large to cache: only what the footers' loading needs is kept.
+                if self.warm {
+                    self.parquet = std::mem::take(seen);
+                    self.parquet.retain(is_parquet);
+                }
+                self.seen = None;
+            }
+            None => {}
         }
-        // As many as metadata entries are kept: a larger listing's footers would not stay
-        // cached for the reads that follow anyway.
-        match &mut self.parquet {
-            Some(files) if !handles.listing_fits(files.len() + 1) => self.parquet = None,
-            Some(files) if is_parquet(meta) => files.push(meta.clone()),
-            _ => {}
+        if self.warm && is_parquet(meta) {
+            self.parquet.push(meta.clone());
         }
     }
 
     fn failed(&mut self) {
         self.seen = None;
-        self.parquet = None;
+        self.warm = false;
+        self.parquet = Vec::new();
+    }
+
+    /// Whether reading on is of use: the listing can still be cached, or its files' footers
+    /// loaded.
+    fn useful(&self) -> bool {
+        self.seen.is_some() || self.warm || self.ended_as.is_some()
     }
 
     /// The listing ended: its Parquet files' footers are loaded, then it is cached (so that
     /// a listing served from the cache finds them loaded too), and whoever waits for it told.
     async fn end(&mut self) {
-        let hook = self.reads.caches().after_listing.clone();
-        if let (Some(hook), Some(files)) = (hook, self.parquet.take())
-            && !files.is_empty()
-        {
-            hook.listed(self.reads.clone(), files).await;
-        }
-        let handles = self.reads.caches().handles.clone();
-        if let (Some(objects), Some(key)) = (self.seen.take(), self.key.take()) {
-            let listing = Listing {
+        if let Some((objects, _)) = self.seen.take() {
+            self.ended_as = Some(Arc::new(Listing {
                 objects,
                 common_prefixes: vec![],
+            }));
+        }
+        let listing = self.ended_as.clone();
+        let hook = self.reads.caches().after_listing.clone();
+        if let Some(hook) = hook.filter(|_| self.warm) {
+            let listed = match &listing {
+                Some(listing) => Arc::clone(listing),
+                None => Arc::new(Listing {
+                    objects: std::mem::take(&mut self.parquet),
+                    common_prefixes: vec![],
+                }),
             };
+            if listed.objects.iter().any(is_parquet) {
+                hook.listed(self.reads.clone(), listed).await;
+            }
+        }
+        let handles = self.reads.caches().handles.clone();
+        if let (Some(listing), Some(key)) = (self.ended_as.take(), self.key.take()) {
             handles.record_listing(key, listing, self.epoch);
         }
         self.ended = true;
@@ -290,7 +324,7 @@ impl Recording {
 
     /// Reads the rest of the listing, recording it, while that can still be of use.
     async fn drain(mut self) {
-        while self.seen.is_some() || self.parquet.is_some() {
+        while self.useful() {
             match self.listing.next().await {
                 Some(Ok(meta)) => self.saw(&meta),
                 Some(Err(_)) => self.failed(),
@@ -306,14 +340,16 @@ impl Drop for Recording {
         if self.ended {
             return;
         }
-        let useful = self.seen.is_some() || self.parquet.is_some();
+        let useful = self.useful();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) if useful && !self.draining => {
                 let rest = Recording {
                     listing: std::mem::replace(&mut self.listing, stream::empty().boxed()),
                     reads: self.reads.clone(),
                     seen: self.seen.take(),
-                    parquet: self.parquet.take(),
+                    warm: std::mem::take(&mut self.warm),
+                    parquet: std::mem::take(&mut self.parquet),
+                    ended_as: self.ended_as.take(),
                     key: self.key.take(),
                     epoch: self.epoch,
                     under_way: self.under_way.take(),

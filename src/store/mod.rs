@@ -45,7 +45,7 @@ use object_store::local::LocalFileSystem;
 pub(crate) use checked::datafusion_caches;
 pub(crate) use hedge::Hedges;
 pub(crate) use link::{Link, Links};
-pub(crate) use listing::AfterListing;
+pub(crate) use listing::{AfterListing, is_parquet};
 pub(crate) use reads::StoreReads;
 pub use wrapper::CachingObjectStore;
 

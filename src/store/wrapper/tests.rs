@@ -491,7 +491,7 @@ impl crate::store::AfterListing for HoldsTheFirstEnd {
     fn listed(
         &self,
         _: crate::store::StoreReads,
-        _: Vec<ObjectMeta>,
+        _: Arc<crate::handle::Listing>,
     ) -> futures::future::BoxFuture<'static, ()> {
         self.entered.notify_one();
         let first = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
