@@ -24,7 +24,7 @@ pub use files::max_open_files_allowed;
 pub(crate) use files::{OpenFile, OpenFiles};
 
 use crate::config::HandleConfig;
-use crate::object::{ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator};
+use crate::object::{ByObject, ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator};
 use crate::stats::{CacheCounters, HandleStats, settle};
 
 /// Which kind of listing a cached result answers.
@@ -174,6 +174,8 @@ struct Inner {
     lists: Cache<ListKey, Arc<Listing>>,
     list_counters: Arc<CacheCounters>,
     proofs: Cache<ProofKey, ()>,
+    /// The keys `proofs` holds, by object: what forgetting an object drops.
+    proven: Arc<ByObject<ProofKey>>,
     proof_counters: Arc<CacheCounters>,
     /// HEADs sent only to prove access to a version whose entries were cached.
     proof_heads: AtomicU64,
@@ -228,16 +230,18 @@ impl HandleCache {
         // Proofs last as long as metadata does: a store whose rights were taken away is
         // asked again within the TTL.
         let proof_counters = Arc::new(CacheCounters::default());
+        let proven: Arc<ByObject<ProofKey>> = Arc::default();
         let proofs = with_expiry(
-            Cache::builder()
-                .max_capacity(config.capacity)
-                .support_invalidation_closures(),
+            Cache::builder().max_capacity(config.capacity),
             config.ttl,
             config.idle_timeout,
         )
         .eviction_listener({
-            let c = Arc::clone(&proof_counters);
-            move |_, _, cause| c.removed(cause)
+            let (c, proven) = (Arc::clone(&proof_counters), Arc::clone(&proven));
+            move |key: Arc<ProofKey>, _, cause| {
+                c.removed(cause);
+                proven.removed(key.1.id(), &key);
+            }
         })
         .build();
         let files = OpenFiles::new(&config);
@@ -251,6 +255,7 @@ impl HandleCache {
                 lists,
                 list_counters,
                 proofs,
+                proven,
                 proof_counters,
                 proof_heads: AtomicU64::new(0),
                 paths,
@@ -480,6 +485,7 @@ impl HandleCache {
         }
         let key = (identity.clone(), version.clone());
         if !self.inner.proofs.contains_key(&key) {
+            self.inner.proven.added(version.id(), &key);
             self.inner.proofs.insert(key, ());
         }
     }
@@ -549,14 +555,11 @@ impl HandleCache {
     pub(crate) fn invalidate_seen(&self, seen: &Seen) {
         self.inner.metas.invalidate(seen);
         self.invalidate_listings(seen);
-        let seen = seen.clone();
-        // Predicates are applied lazily by moka; lookups already skip matching entries.
-        let _ = self
-            .inner
-            .proofs
-            .invalidate_entries_if(move |(identity, version), _| {
-                identity == &seen.identity && version.id() == &seen.id
-            });
+        for key in self.inner.proven.keys(&seen.id) {
+            if key.0 == seen.identity {
+                self.inner.proofs.invalidate(&key);
+            }
+        }
     }
 
     /// Drops what every identity recorded of object `id`.
@@ -571,7 +574,7 @@ impl HandleCache {
         }
         // Listings and proofs of identities whose metadata has gone already.
         self.inner.epoch.fetch_add(1, Relaxed);
-        let (listed, proven) = (id.clone(), id.clone());
+        let listed = id.clone();
         let stale: Vec<Arc<ListKey>> = self
             .inner
             .lists
@@ -582,10 +585,9 @@ impl HandleCache {
         for key in stale {
             self.inner.lists.invalidate(key.as_ref());
         }
-        let _ = self
-            .inner
-            .proofs
-            .invalidate_entries_if(move |(_, version), _| version.id() == &proven);
+        for key in self.inner.proven.keys(id) {
+            self.inner.proofs.invalidate(&key);
+        }
     }
 
     /// Drops `seen`'s identity's listings that may hold its object.

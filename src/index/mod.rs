@@ -30,7 +30,7 @@ use parquet::file::metadata::ParquetMetaData;
 use tokio::task::AbortHandle;
 
 use crate::config::IndexConfig;
-use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
+use crate::object::{ByObject, ObjectId, ObjectVersion, StoreIdentity};
 use crate::stats::{CacheCounters, IndexStats, settle};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -105,6 +105,8 @@ impl std::fmt::Debug for IndexCache {
 struct Inner {
     config: IndexConfig,
     entries: Cache<IndexKey, IndexEntry>,
+    /// The keys `entries` holds, by object: what forgetting an object drops.
+    keys: Arc<ByObject<IndexKey>>,
     loading: Mutex<HashMap<IndexKey, Loading>>,
     next_load: AtomicU64,
     counters: Arc<CacheCounters>,
@@ -139,14 +141,19 @@ impl IndexCache {
     pub fn try_new(config: IndexConfig) -> Result<Self> {
         let counters = Arc::new(CacheCounters::default());
         let blooms = Arc::new(CacheCounters::default());
+        let keys: Arc<ByObject<IndexKey>> = Arc::default();
         let entries = Cache::builder()
             .max_capacity(config.capacity_bytes)
             .weigher(|_, v: &IndexEntry| u32::try_from(v.weight()).unwrap_or(u32::MAX))
-            .support_invalidation_closures()
             .eviction_listener({
-                let (c, b) = (Arc::clone(&counters), Arc::clone(&blooms));
+                let (c, b, keys) = (
+                    Arc::clone(&counters),
+                    Arc::clone(&blooms),
+                    Arc::clone(&keys),
+                );
                 move |key: Arc<IndexKey>, _, cause| {
                     c.removed(cause);
+                    keys.removed(key.object().id(), &key);
                     if matches!(*key, IndexKey::Bloom(..)) {
                         b.removed(cause);
                     }
@@ -157,6 +164,7 @@ impl IndexCache {
             inner: Arc::new(Inner {
                 config,
                 entries,
+                keys,
                 loading: Mutex::default(),
                 next_load: AtomicU64::new(0),
                 counters,
@@ -220,29 +228,26 @@ impl IndexCache {
 
     /// Drops every entry of one object, whatever its version.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
-        let id = id.clone();
-        // Predicates are applied lazily by moka; lookups already skip matching entries.
-        let _ = self
-            .inner
-            .entries
-            .invalidate_entries_if(move |k, _| k.object().id() == &id);
+        self.invalidate_where(id, |_| true);
     }
 
     /// Drops the entries of the versions of one object that are `identity`'s alone.
     pub(crate) fn invalidate_owned(&self, id: &ObjectId, identity: &StoreIdentity) {
-        let (id, identity) = (id.clone(), identity.clone());
-        let _ = self.inner.entries.invalidate_entries_if(move |k, _| {
-            k.object().id() == &id && k.object().owner() == Some(&identity)
-        });
+        self.invalidate_where(id, |k| k.object().owner() == Some(identity));
     }
 
     /// Drops the entries of one version of an object.
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
-        let version = version.clone();
-        let _ = self
-            .inner
-            .entries
-            .invalidate_entries_if(move |k, _| k.object() == &version);
+        self.invalidate_where(version.id(), |k| k.object() == version);
+    }
+
+    /// Drops the entries of object `id` whose keys `which` picks.
+    fn invalidate_where(&self, id: &ObjectId, which: impl Fn(&IndexKey) -> bool) {
+        for key in self.inner.keys.keys(id) {
+            if which(&key) {
+                self.inner.entries.invalidate(&key);
+            }
+        }
     }
 
     /// The footer of `version`, from the cache or from `load` (run once however many callers
@@ -542,6 +547,7 @@ impl IndexCache {
             i.rejected.fetch_add(1, Relaxed);
             return;
         }
+        i.keys.added(key.object().id(), key);
         i.entries.insert(key.clone(), entry);
     }
 }

@@ -18,6 +18,7 @@
 //! at the version asked for, it fails with [`version_changed`]: an
 //! [`object_store::Error::Precondition`] naming the path and both versions.
 
+mod by_object;
 mod identity;
 mod lifecycle;
 
@@ -29,6 +30,7 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 use url::Url;
 
+pub(crate) use by_object::ByObject;
 pub use identity::StoreIdentity;
 pub(crate) use lifecycle::{Lifecycle, listing_changes};
 

@@ -60,12 +60,12 @@ struct RangeKey {
 
 type SpanMap = Arc<Mutex<Held>>;
 
-/// The ranges the memory tier holds, per object version, and how many versions of each
-/// object it holds ranges of.
+/// The ranges the memory tier holds, per object version, and the versions of each object it
+/// holds ranges of (so that forgetting an object looks at its own versions, not every one).
 #[derive(Debug, Default)]
 struct Held {
     versions: HashMap<ObjectVersion, Spans>,
-    objects: HashMap<ObjectId, usize>,
+    objects: HashMap<ObjectId, Vec<ObjectVersion>>,
 }
 
 impl Held {
@@ -76,7 +76,8 @@ impl Held {
     /// Records `range` of `version` ([`Spans::insert`]).
     fn insert(&mut self, version: &ObjectVersion, range: Range<u64>) -> Inserted {
         if !self.versions.contains_key(version) {
-            *self.objects.entry(version.id().clone()).or_default() += 1;
+            let held = self.objects.entry(version.id().clone()).or_default();
+            held.push(version.clone());
         }
         self.versions
             .entry(version.clone())
@@ -97,13 +98,18 @@ impl Held {
     /// Forgets every range of `version`.
     fn remove(&mut self, version: &ObjectVersion) -> Option<Spans> {
         let spans = self.versions.remove(version)?;
-        if let Some(n) = self.objects.get_mut(version.id()) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(held) = self.objects.get_mut(version.id()) {
+            held.retain(|v| v != version);
+            if held.is_empty() {
                 self.objects.remove(version.id());
             }
         }
         Some(spans)
+    }
+
+    /// The versions of object `id` it holds ranges of.
+    fn versions_of(&self, id: &ObjectId) -> Vec<ObjectVersion> {
+        self.objects.get(id).cloned().unwrap_or_default()
     }
 
     fn holds_object(&self, id: &ObjectId) -> bool {
@@ -299,7 +305,7 @@ impl RangeCache {
 
     /// Drops every range of one object, in every version.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
-        self.drop_versions(|o| o.id() == id);
+        self.drop_versions(id, |_| true);
         if let Some(disk) = &self.inner.disk {
             disk.invalidate(id);
         }
@@ -308,26 +314,25 @@ impl RangeCache {
     /// Drops every range of the versions of one object that are `identity`'s alone (never on
     /// disk: see [`RangeCache::disk_for`]).
     pub(crate) fn invalidate_owned(&self, id: &ObjectId, identity: &StoreIdentity) {
-        self.drop_versions(|o| o.id() == id && o.owner() == Some(identity));
+        self.drop_versions(id, |o| o.owner() == Some(identity));
     }
 
     /// Drops every range of one version of an object.
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
-        self.drop_versions(|o| o == version);
+        self.drop_versions(version.id(), |o| o == version);
         if let Some(disk) = &self.inner.disk {
             disk.invalidate_version(version);
         }
     }
 
-    /// Drops the memory tier's ranges of the versions `which` picks.
-    fn drop_versions(&self, which: impl Fn(&ObjectVersion) -> bool) {
+    /// Drops the memory tier's ranges of the versions of object `id` that `which` picks.
+    fn drop_versions(&self, id: &ObjectId, which: impl Fn(&ObjectVersion) -> bool) {
         let keys: Vec<RangeKey> = {
             let mut spans = self.lock_spans();
             let versions: Vec<ObjectVersion> = spans
-                .versions
-                .keys()
+                .versions_of(id)
+                .into_iter()
                 .filter(|o| which(o))
-                .cloned()
                 .collect();
             versions
                 .into_iter()

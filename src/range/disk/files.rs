@@ -43,11 +43,23 @@ const MAGIC: &[u8; 8] = b"LKRANGE1";
 const SUFFIX: &str = ".range";
 
 /// Where one entry lives: hashes of its object and version, and its range's start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Ordered by object, then version, then start (the order of the fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct EntryId {
     pub object: u64,
     pub version: u64,
     pub start: u64,
+}
+
+impl EntryId {
+    /// The entry of `object` at `(version, start)`.
+    pub(super) fn of(object: u64, (version, start): (u64, u64)) -> Self {
+        Self {
+            object,
+            version,
+            start,
+        }
+    }
 }
 
 /// What reading an entry file found.

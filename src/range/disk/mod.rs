@@ -8,6 +8,7 @@ mod files;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -32,13 +33,65 @@ struct Entry {
 struct State {
     /// Held ranges per (object hash, version hash).
     spans: HashMap<(u64, u64), Spans>,
-    entries: HashMap<EntryId, Entry>,
+    /// Ordered by object, then version, then start: the entries of one object (or version)
+    /// are one range of it, so forgetting an object does not look at every entry.
+    entries: BTreeMap<EntryId, Entry>,
     /// Least recently used first.
     order: BTreeMap<u64, EntryId>,
     /// Entries per object hash, whatever the version.
     per_object: HashMap<u64, usize>,
     next_seq: u64,
     bytes: u64,
+    /// Files of entries forgotten under the lock, deleted once it is released (by
+    /// [`Locked`]'s drop), so that no reader waits for the file system's deletions.
+    doomed: Vec<(EntryId, u64)>,
+}
+
+/// The tier's state, locked. Dropping it releases the lock, then deletes the files of the
+/// entries forgotten meanwhile: a read that looks for one of them now finds it missing
+/// (a miss), never other bytes, since a file's name holds its version's hash and its
+/// contents are checked.
+struct Locked<'a> {
+    tier: &'a DiskTier,
+    guard: Option<MutexGuard<'a, State>>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        let doomed = std::mem::take(&mut guard.doomed);
+        if doomed.is_empty() {
+            return;
+        }
+        let emptied: Vec<EntryId> = doomed
+            .iter()
+            .filter(|(id, _)| !guard.per_object.contains_key(&id.object))
+            .map(|(id, _)| *id)
+            .collect();
+        drop(guard);
+        for (id, len) in doomed {
+            self.tier.dir.remove(id, len);
+        }
+        // Only an empty directory is removed: one a write has put a file into since stays.
+        for id in emptied {
+            self.tier.dir.remove_object_dir(id);
+        }
+    }
 }
 
 /// Figures of the disk tier.
@@ -136,8 +189,11 @@ impl DiskTier {
         Ok(tier)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Locked<'_> {
+        Locked {
+            tier: self,
+            guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())),
+        }
     }
 
     /// Indexes the entry file of `id`, holding bytes up to `end`. Returns `false` (indexing
@@ -181,14 +237,11 @@ impl DiskTier {
         true
     }
 
-    /// Forgets an entry and deletes its file, and its object's directory once it holds no
-    /// entry (so what is on disk stays what is counted).
+    /// Forgets an entry; its file, and its object's directory once it holds no entry, are
+    /// deleted when the lock is released (so what is on disk stays what is counted).
     fn drop_entry(&self, state: &mut State, id: EntryId) {
         if let Some(entry) = self.forget(state, id) {
-            self.dir.remove(id, entry.end - id.start);
-            if !state.per_object.contains_key(&id.object) {
-                self.dir.remove_object_dir(id);
-            }
+            state.doomed.push((id, entry.end - id.start));
         }
     }
 
@@ -357,7 +410,7 @@ impl DiskTier {
             // range (whose file this write just replaced with the same bytes), this file goes.
             let same_file = state.entries.get(&id).is_some_and(|e| e.end == end);
             if !same_file {
-                self.dir.remove(id, bytes.len() as u64);
+                state.doomed.push((id, bytes.len() as u64));
             }
         }
         self.trim(&mut state);
@@ -366,22 +419,26 @@ impl DiskTier {
     /// Deletes every entry of one object, in every version.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
         let object = object_hash(id);
-        self.drop_matching(|e| e.object == object);
+        let (first, last) = ((0, 0), (u64::MAX, u64::MAX));
+        self.drop_between(EntryId::of(object, first), EntryId::of(object, last));
     }
 
     /// Deletes every entry of one version of an object.
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
         let (object, v) = ids(version);
-        self.drop_matching(|e| e.object == object && e.version == v);
+        self.drop_between(
+            EntryId::of(object, (v, 0)),
+            EntryId::of(object, (v, u64::MAX)),
+        );
     }
 
-    fn drop_matching(&self, which: impl Fn(&EntryId) -> bool) {
+    /// Deletes the entries from `first` to `last`, both included.
+    fn drop_between(&self, first: EntryId, last: EntryId) {
         let mut state = self.lock();
         let ids: Vec<EntryId> = state
             .entries
-            .keys()
-            .filter(|id| which(id))
-            .copied()
+            .range(first..=last)
+            .map(|(id, _)| *id)
             .collect();
         self.counters
             .invalidations

@@ -360,3 +360,35 @@ fn an_objects_directory_goes_with_its_last_entry() {
     tier.write(&a, 0, &Bytes::from(vec![2u8; 10]));
     assert_eq!(tier.read(&a, 0..10).unwrap().len(), 10);
 }
+
+#[test]
+fn forgetting_an_object_or_a_version_deletes_its_entries_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let (a1, a2, b) = (
+        version("a.parquet", "1"),
+        version("a.parquet", "2"),
+        version("b.parquet", "1"),
+    );
+    for v in [&a1, &a2, &b] {
+        tier.write(v, 0, &Bytes::from_static(b"0123456789"));
+        tier.write(v, 100, &Bytes::from_static(b"0123456789"));
+    }
+    tier.invalidate_version(&a1);
+    assert!(tier.spans(&a1).is_none());
+    assert!(!entry_file(&tier, &a1, 0, 10).exists(), "its files go");
+    assert!(
+        tier.spans(&a2).unwrap().covers(100..110),
+        "the other version stays"
+    );
+    tier.invalidate(a2.id());
+    assert!(tier.spans(&a2).is_none());
+    assert!(!entry_file(&tier, &a2, 100, 10).exists());
+    assert_eq!(
+        tier.read(&b, 100..110).unwrap(),
+        "0123456789",
+        "another object stays"
+    );
+    assert_eq!(tier.size().0, 2);
+    assert_eq!(tier.counters.invalidations.load(Relaxed), 4);
+}
