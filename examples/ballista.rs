@@ -7,8 +7,10 @@
 //! cargo run --example ballista --features ballista -- executor localhost:50050 50051 /var/cache/lakecache
 //! ```
 //!
-//! With no argument, a scheduler and two executors run in this process over a generated
-//! local lake; a client runs one query twice and prints what each executor's cache served.
+//! With no argument, a scheduler (placing scan tasks by cache affinity) and two executors run
+//! in this process over a generated local lake; a client runs one query twice and prints what
+//! each executor's cache served. The second run reads every footer from the executors'
+//! caches: the example fails if it does not.
 //! A deployment runs `scheduler` once and `executor` on each machine (the third argument, a
 //! directory for the disk tier, is optional). Stores beyond local files come from the
 //! registry given to `LakeBallista::new`: here `s3://$LAKECACHE_BUCKET`, if set, built from
@@ -29,7 +31,7 @@ use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::ballista::{AffinityPolicy, LakeBallista};
 use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
-use datafusion_lakecache::testkit::{Process, start_cluster};
+use datafusion_lakecache::testkit::{NamedCluster, Placement, Process};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
@@ -117,27 +119,47 @@ async fn in_process() -> Result<()> {
     )
     .await?;
 
-    // Each process of the cluster has its own LakeCache, as on separate machines.
+    // Each process of the cluster has its own LakeCache, as on separate machines. Scan tasks
+    // go to the executor whose caches hold their files: a task waits up to 5 s for it.
     let setup = || LakeBallista::new(LakeCache::builder().build()?, stores()?);
     let scheduler = setup()?;
+    let placement = Placement::Affinity {
+        wait: std::time::Duration::from_secs(5),
+        liveness: std::time::Duration::from_secs(10),
+    };
+    let cluster = NamedCluster::start(&Process::cached(&scheduler), placement).await?;
     let executors = [setup()?, setup()?];
-    let processes: Vec<Process> = executors.iter().map(Process::cached).collect();
-    let url = start_cluster(&Process::cached(&scheduler), &processes, 2).await?;
+    for (i, executor) in executors.iter().enumerate() {
+        let name = format!("executor-{i}");
+        cluster
+            .add_executor(&name, &Process::cached(executor), 2)
+            .await?;
+    }
+    let url = cluster.url();
 
     // The client registers the lakecache settings too, so a `SET lakecache.*` reaches the
-    // executors.
-    let config = setup()?.config().with_target_partitions(4);
+    // executors. A partition per file: each task's file has one executor it prefers.
+    let mut config = setup()?.config().with_target_partitions(20);
+    config.options_mut().optimizer.repartition_file_scans = false;
     let state = SessionStateBuilder::new()
         .with_default_features()
         .with_config(config)
         .build();
-    let ctx = SessionContext::remote_with_state(&url, state).await?;
+    let ctx = SessionContext::remote_with_state(url, state).await?;
     let location = format!("{}/", lake_dir.display());
     ctx.register_parquet("t", &location, ParquetReadOptions::default())
         .await?;
     let sql = "SELECT category, count(*) AS n, round(sum(value), 2) AS total FROM t \
                GROUP BY category ORDER BY category";
+    let misses = || -> u64 {
+        let all = executors
+            .iter()
+            .map(|e| e.lake().stats().index.footers.misses);
+        all.sum()
+    };
+    let mut before_run = 0;
     for run in 1..=2 {
+        before_run = misses();
         let batches = ctx.sql(sql).await?.collect().await?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         println!("run {run}: {rows} rows");
@@ -153,6 +175,13 @@ async fn in_process() -> Result<()> {
             );
         }
     }
+    let missed = misses() - before_run;
+    if missed > 0 {
+        return Err(DataFusionError::Execution(format!(
+            "the second run read {missed} footers again: the executors' caches did not keep them"
+        )));
+    }
+    println!("the second run read every footer from the executors' caches");
     Ok(())
 }
 

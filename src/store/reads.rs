@@ -522,12 +522,23 @@ impl StoreReads {
     /// too). Every later read of the reader is then guarded by that e_tag, so a footer and
     /// the data it points to come from one version, and the footer is kept.
     pub(crate) async fn pinned(&self, version: &ObjectVersion) -> Result<ObjectVersion> {
-        if version.pins_bytes() || self.local_file(version.path()).is_some() {
+        if version.pins_bytes() {
             return Ok(version.clone());
         }
         let handles = &self.0.caches.handles;
         if let Some(known) = handles.complete(&self.0.identity, version) {
             return Ok(known);
+        }
+        if let Some(file) = self.local_file(version.path()) {
+            // A local file's descriptor shows its e_tag (inode, time, size): no request. A
+            // plan that crossed the wire (Ballista's leaves e_tags out) names it by size and
+            // time alone, and its footer is kept only once it is pinned.
+            let path = version.path();
+            let (meta, _) = self
+                .read_local(path, file?, Some(version), |_| Ok(Vec::new()))
+                .await
+                .map_err(|e| self.failed(version, e))?;
+            return Ok(self.shown_by(version, &meta));
         }
         handles.count_proof_head();
         let path = version.path();
