@@ -190,11 +190,22 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
             };
             let peak = peak_rss_mib();
             let per_file = |ms: f64| ms * 1000.0 / size as f64;
+            // DataFusion's own statistics cache: how many files' statistics it holds, and
+            // their bytes (`lakecache.index.datafusion_statistics` bounds it when installed).
+            let statistics = ctx.runtime_env().cache_manager.get_file_statistic_cache();
+            let (held, bytes) = statistics.map_or((0, 0), |c| {
+                let entries = c.list_entries();
+                (
+                    entries.len(),
+                    entries.values().map(|e| e.size_bytes).sum::<usize>(),
+                )
+            });
             println!(
                 "RESULT files {size} {mode}: register {:.0} ms ({:.1} us/file, H/G/L {}), \
                  warm plan {:.1} ms ({:.2} us/file, {}), count(*) {:.1} ms ({:.2} us/file, {}), \
                  scan {}, rss base {base:.0} MiB, peak after registration +{:.0}, after \
-                 count(*) +{:.0}, at the end +{:.0} MiB",
+                 count(*) +{:.0}, at the end +{:.0} MiB; DataFusion's statistics cache holds \
+                 {held} files, {} bytes each",
                 register.0,
                 per_file(register.0),
                 shown(&register.1),
@@ -216,6 +227,7 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 after_register - base,
                 after_count - base,
                 peak - base,
+                bytes.checked_div(held).unwrap_or(0),
             );
         }
         "identities" => {

@@ -137,8 +137,12 @@ impl LakeCache {
     /// ```
     pub fn cache_manager_config(&self) -> CacheManagerConfig {
         let list_ttl = self.scans.settings.handle.list_ttl;
-        datafusion_caches(&self.scans.caches, None)
-            .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
+        datafusion_caches(
+            &self.scans.caches,
+            None,
+            self.scans.settings.index.datafusion_statistics_bytes,
+        )
+        .with_list_files_cache_ttl((!list_ttl.is_zero()).then_some(list_ttl))
     }
 
     /// A snapshot of every cache's figures.

@@ -10,6 +10,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 
+/// A session built as README.md builds it (`information_schema` on, for `SHOW ALL`).
 fn session(lake: &LakeCache) -> SessionContext {
     let builder = SessionStateBuilder::new()
         .with_default_features()
@@ -325,4 +326,23 @@ fn a_page_whose_row_lags_the_table_is_told_apart_by_the_line() {
     let diff = differences(&lagging, reference).unwrap();
     assert!(diff.contains("line 2") && diff.contains("| 2 |"), "{diff}");
     assert!(differences("no markers", reference).is_some());
+}
+
+#[tokio::test]
+async fn datafusions_statistics_cache_holds_what_the_setting_says() {
+    let lake = LakeCache::builder()
+        .set("lakecache.index.datafusion_statistics", "64MiB")
+        .build()
+        .unwrap();
+    let installed = session(&lake).runtime_env();
+    let own = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_cache_manager(lake.cache_manager_config())
+        .build_arc()
+        .unwrap();
+    for runtime in [installed, own] {
+        assert_eq!(
+            runtime.cache_manager.get_file_statistic_cache_limit(),
+            64 << 20
+        );
+    }
 }

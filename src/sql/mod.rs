@@ -51,8 +51,12 @@ pub(crate) fn install(
     // for the files the session's own stores proved. Its listing cache is off: the store
     // wrapper caches listings, and drops them when a version changes.
     let registry_stores = registry.stores();
-    let mut cache_manager =
-        datafusion_caches(&scans.caches, Some(registry.stores())).with_list_files_cache_limit(0);
+    let mut cache_manager = datafusion_caches(
+        &scans.caches,
+        Some(registry.stores()),
+        scans.settings.index.datafusion_statistics_bytes,
+    )
+    .with_list_files_cache_limit(0);
     if let Some(own) = cache_manager.file_metadata_cache.take() {
         let footers = SessionFooters::new(own, registry.stores(), &scans.caches);
         cache_manager = cache_manager.with_file_metadata_cache(Some(Arc::new(footers)));

@@ -20,8 +20,7 @@ use std::time::Duration;
 
 use datafusion::common::{HashMap, TableReference};
 use datafusion::execution::cache::cache_manager::{
-    CacheManagerConfig, CachedFileMetadata, CachedFileMetadataEntry,
-    DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
+    CacheManagerConfig, CachedFileMetadata, CachedFileMetadataEntry, DEFAULT_METADATA_CACHE_LIMIT,
 };
 use datafusion::execution::cache::default_cache::DefaultCache;
 use datafusion::execution::cache::{Cache, CacheEntryInfo, CacheKey, CacheValue, TableScopedPath};
@@ -32,21 +31,26 @@ use super::{Caches, SessionStores};
 
 /// DataFusion's footer and statistics caches, one of each, checked against the versions
 /// `caches` know; `scope` is the stores of the session they serve (`None`: a runtime of
-/// one's own, whose sessions may use any store).
+/// one's own, whose sessions may use any store); the statistics cache holds
+/// `statistics_bytes` (`lakecache.index.datafusion_statistics`).
 pub(crate) fn datafusion_caches(
     caches: &Caches,
     scope: Option<SessionStores>,
+    statistics_bytes: u64,
 ) -> CacheManagerConfig {
     let footers: DefaultCache<Path, CachedFileMetadataEntry> =
         DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("DefaultFileMetadataCache");
+    let statistics_bytes = usize::try_from(statistics_bytes).unwrap_or(usize::MAX);
     let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
-        DefaultCache::new(DEFAULT_FILE_STATISTICS_MEMORY_LIMIT)
-            .with_name("DefaultFileStatisticsCache");
+        DefaultCache::new(statistics_bytes).with_name("DefaultFileStatisticsCache");
     let footers = CheckedCache::new(Arc::new(footers), caches, scope.clone());
-    let statistics = CheckedCache::new(Arc::new(statistics), caches, scope);
+    let statistics = CheckedCache::new(Arc::new(statistics), caches, scope)
+        .saying_when_full("lakecache.index.datafusion_statistics");
     CacheManagerConfig::default()
         .with_file_metadata_cache(Some(Arc::new(footers)))
         .with_file_statistics_cache(Some(Arc::new(statistics)))
+        // The runtime sets the cache's limit from this when it is built.
+        .with_file_statistics_cache_limit(statistics_bytes)
 }
 
 /// A key of a DataFusion cache: it names an object's path.
@@ -92,7 +96,13 @@ pub struct CheckedCache<K, V> {
     caches: Caches,
     /// The stores whose entries these are, if known (an installed session's).
     scope: Option<SessionStores>,
+    /// The setting that bounds `inner`, named in the log the first time an entry is evicted
+    /// for room (or refused as larger than the whole cache).
+    bounded_by: Option<&'static str>,
 }
+
+/// Whether a DataFusion cache has said it is full, once per process.
+static SAID_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl<K: CacheKey, V: CacheValue> std::fmt::Debug for CheckedCache<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,7 +122,14 @@ impl<K, V> CheckedCache<K, V> {
             inner,
             caches: caches.clone(),
             scope,
+            bounded_by: None,
         }
+    }
+
+    /// Logs once, naming `setting`, when the cache has no room for what is put into it.
+    pub(crate) fn saying_when_full(mut self, setting: &'static str) -> Self {
+        self.bounded_by = Some(setting);
+        self
     }
 }
 
@@ -133,7 +150,26 @@ where
     }
 
     fn put(&self, key: &K, value: V) -> Option<V> {
-        self.inner.put(key, value)
+        let Some(setting) = self.bounded_by else {
+            return self.inner.put(key, value);
+        };
+        let before = self.inner.len();
+        let old = self.inner.put(key, value);
+        // A new key that did not add an entry pushed another out, or did not fit at all
+        // (an entry removed meanwhile by another caller can make this say so early: it is
+        // a hint for sizing, said once).
+        if old.is_none()
+            && self.inner.len() <= before
+            && !SAID_FULL.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            log::warn!(
+                "{} is full ({} bytes): planning makes statistics again for the files it \
+                 evicts, a cost per file on every plan; raise {setting} to hold a table's files",
+                self.inner.name(),
+                self.inner.cache_limit(),
+            );
+        }
+        old
     }
 
     fn remove(&self, k: &K) -> Option<V> {
