@@ -36,7 +36,7 @@ pub use http::HttpDir;
 pub use latency::{LatencyStore, S3_SIGMA};
 pub use proxy::{FaultProxy, Faults, ProxyCounts};
 pub use race::RaceStore;
-pub use s3::{S3Server, s3_server, s3_server_addr, s3_store_via};
+pub use s3::{S3Server, s3_server, s3_server_addr, s3_skipped, s3_store_via};
 pub use session::{LakeLocation, context, query};
 
 use std::ops::Range;
