@@ -107,7 +107,7 @@ macro_rules! setting_table {
                 datafusion_statistics_bytes: u64 = 20 << 20, Size { min: 1, max: PIB },
                     "lakecache.index.datafusion_statistics", index_datafusion_statistics_bytes, Shared,
                     "Bytes of DataFusion's own file statistics cache in each installed session (and each runtime made with `cache_manager_config()`): planning takes every file's statistics from it.",
-                    "DataFusion's default (20 MiB). A table whose files' statistics do not fit has them made again from the footers on every plan, a cost per file (said once in the log with this key): about 0.5 KiB per file of a few columns, more with more columns (docs/tuning.md). Each session holds its own, up to this.";
+                    "DataFusion's default (20 MiB). A table whose files' statistics do not fit has them made again from the footers on every plan, a cost per file (said once in the log with this key). What a file's statistics weigh grows with its columns: `cargo bench --bench scale -- --scenario files` prints it. Each session holds its own, up to this.";
                 on_listing: bool = true, Flag, "lakecache.index.on_listing", index_on_listing, Shared,
                     "Whether a listing's Parquet files have their footers loaded before the listing ends, all at once within the prefetch ceiling and budget: registering a table then takes one round trip for its footers, not one per 32 files.",
                     "DataFusion's planning then finds the footers cached. The reads use the `LakeCache`'s prefetch settings as built, not a session's. Off: registration reads footers as DataFusion does, 32 at a time, small files whole.";
@@ -155,7 +155,7 @@ macro_rules! setting_table {
                 disk_dir: Option<PathBuf> = None, Dir,
                     "lakecache.range.disk_dir", range_disk_dir, Shared,
                     "Directory where bytes of remote objects are also kept, checksummed, across restarts; empty = none.",
-                    "Also `range_disk(dir, bytes)`. Ranges of versions named by a content digest (an e_tag of 32 or more hex digits, optionally `-<parts>`: S3's MD5 and multipart `<md5>-<parts>` e_tags, GCS's MD5 ones) are written; other versions (Azure's and most HTTP servers' e_tags, counters, version ids, local files) stay in memory only, one file each with the version and a checksum in its header; a new process reuses them. An entry whose bytes or version do not match is deleted and fetched again, never returned.";
+                    "Also `range_disk(dir, bytes)`. Ranges of versions named by a content digest (an e_tag of 32 or more hex digits, optionally `-<parts>`: S3's MD5 and multipart `<md5>-<parts>` e_tags, GCS's MD5 ones) are written, one file each with the version and a checksum in its header; a new process reuses them. Other versions (Azure's and most HTTP servers' e_tags, counters, version ids, local files) stay in memory only. An entry whose bytes or version do not match is deleted and fetched again, never returned.";
                 disk_bytes: u64 = 16 << 30, Size { min: 1 << 20, max: PIB },
                     "lakecache.range.disk_capacity", range_disk_bytes, Shared,
                     "Bytes the disk tier keeps; least recently used ranges go first.",
