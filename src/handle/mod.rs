@@ -8,14 +8,16 @@
 //! compared by the one rule of [`ObjectVersion::matches`].
 
 mod files;
+mod known;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use moka::notification::RemovalCause;
+use moka::ops::compute::Op;
 use moka::sync::Cache;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
@@ -24,8 +26,9 @@ pub use files::max_open_files_allowed;
 pub(crate) use files::{OpenFile, OpenFiles};
 
 use crate::config::HandleConfig;
-use crate::object::{ByObject, ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity, StoreKey, Validator};
 use crate::stats::{CacheCounters, HandleStats, settle};
+use known::{Known, Member, Members, Proof, Recorded, expired};
 
 /// Which kind of listing a cached result answers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -98,9 +101,6 @@ pub(crate) struct Seen {
     pub(crate) id: ObjectId,
 }
 
-/// A proof of access: this identity's store answered a HEAD or a GET for this version.
-type ProofKey = (StoreIdentity, ObjectVersion);
-
 /// When a request began, as the handle cache counts: what its answer shows is recorded over
 /// what was recorded before it began, never over what another request's answer recorded
 /// since (older news: the object may have been rewritten in between), and a listing records
@@ -117,30 +117,75 @@ static FULL_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// Whether a listing too large to cache was logged (once per process).
 static LISTING_TOO_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Locks recordings are spread over (see `Inner::recording`).
-const RECORDING_STRIPES: usize = 64;
+/// Shards of the path index, each behind its own lock: every lookup of DataFusion's caches
+/// reads it.
+const PATH_SHARDS: usize = 16;
 
-/// Metadata as recorded, with the token of that recording. The path index holds a token per
-/// entry the cache holds, and each removal (replaced, expired, evicted, invalidated) takes
-/// out its own: the removal of an older entry under the same key (expired and not yet swept
-/// when a new one was recorded over it) never unindexes the new one.
-#[derive(Debug, Clone)]
-struct Recorded {
-    meta: ObjectMeta,
-    token: u64,
+/// A shard of the path index: the stores and tokens of each path's entries.
+type ByPath = HashMap<Path, Vec<(StoreKey, u64)>>;
+
+/// Which stores' objects the cache holds an entry of, by path (with the entry's token), so
+/// entries keyed by path alone (DataFusion's) can be checked against every version the
+/// caches know of it. The removal of an entry takes out its own token: an entry made over an
+/// expired one moka had not swept yet stays indexed.
+struct PathIndex {
+    shards: [Mutex<ByPath>; PATH_SHARDS],
+    hasher: RandomState,
 }
 
-/// Which identities hold metadata of each path (a pair per entry held, with its token), so
-/// entries keyed by path alone (DataFusion's) can be checked against every version the caches
-/// know of it, and an object can be forgotten for everyone.
-type PathIndex = Arc<Mutex<HashMap<Path, Vec<(Seen, u64)>>>>;
+impl PathIndex {
+    fn new() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Mutex::default()),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, path: &Path) -> MutexGuard<'_, ByPath> {
+        lock(&self.shards[self.hasher.hash_one(path) as usize % PATH_SHARDS])
+    }
+
+    fn add(&self, id: &ObjectId, token: u64) {
+        self.shard(&id.path)
+            .entry(id.path.clone())
+            .or_default()
+            .push((id.store.clone(), token));
+    }
+
+    fn remove(&self, id: &ObjectId, token: u64) {
+        let mut shard = self.shard(&id.path);
+        if let Some(all) = shard.get_mut(&id.path) {
+            all.retain(|(store, held)| store != &id.store || *held != token);
+            if all.is_empty() {
+                shard.remove(&id.path);
+            }
+        }
+    }
+
+    /// The stores whose object at `path` has an entry, once each.
+    fn stores(&self, path: &Path) -> Vec<StoreKey> {
+        let shard = self.shard(path);
+        let mut stores: Vec<StoreKey> = Vec::new();
+        for (store, _) in shard.get(path).into_iter().flatten() {
+            if !stores.contains(store) {
+                stores.push(store.clone());
+            }
+        }
+        stores
+    }
+
+    #[cfg(test)]
+    fn paths(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+}
 
 /// Process-wide cache of object handles: metadata, listings and local file descriptors, and
 /// what each store identity has shown it can read.
 ///
 /// Cheap to clone; clones share the same entries. Bounded by [`HandleConfig::capacity`]
-/// entries (each of metadata, listed objects and proofs) with a TTL and an optional idle
-/// timeout, and safe to use from concurrent queries.
+/// (one unit per object, and one more per 32 store identities that have shown it) with a
+/// TTL and an optional idle timeout, and safe to use from concurrent queries.
 ///
 /// Users reach it through a `LakeCache`:
 ///
@@ -162,24 +207,49 @@ impl std::fmt::Debug for HandleCache {
     }
 }
 
+/// The figures of what the object entries hold, updated as members change.
+#[derive(Default)]
+struct Held {
+    metas: AtomicU64,
+    proofs: AtomicU64,
+    meta_counters: CacheCounters,
+    proof_counters: CacheCounters,
+}
+
+impl Held {
+    /// Counts the removal of what `member` held, for `cause`.
+    fn dropped(&self, member: &Member, cause: RemovalCause) {
+        if member.meta.is_some() {
+            self.meta_gone(cause);
+        }
+        for _ in &member.proofs {
+            self.proof_gone(cause);
+        }
+    }
+
+    fn meta_gone(&self, cause: RemovalCause) {
+        self.metas.fetch_sub(1, Relaxed);
+        self.meta_counters.removed(cause);
+    }
+
+    fn proof_gone(&self, cause: RemovalCause) {
+        self.proofs.fetch_sub(1, Relaxed);
+        self.proof_counters.removed(cause);
+    }
+}
+
 struct Inner {
     config: HandleConfig,
-    metas: Cache<Seen, Recorded>,
-    /// The token of the next recording.
+    /// One entry per object: what each identity that has shown it recorded and proved.
+    objects: Cache<ObjectId, Arc<Known>>,
+    held: Arc<Held>,
+    /// The token of the next recording (and of the next object entry).
     next_token: AtomicU64,
-    /// Held while a recording reads what is recorded and replaces it, by the hash of its
-    /// key: two answers recorded at once never both replace the same entry.
-    recording: [Mutex<()>; RECORDING_STRIPES],
-    meta_counters: Arc<CacheCounters>,
     lists: Cache<ListKey, Arc<Listing>>,
     list_counters: Arc<CacheCounters>,
-    proofs: Cache<ProofKey, ()>,
-    /// The keys `proofs` holds, by object: what forgetting an object drops.
-    proven: Arc<ByObject<ProofKey>>,
-    proof_counters: Arc<CacheCounters>,
     /// HEADs sent only to prove access to a version whose entries were cached.
     proof_heads: AtomicU64,
-    paths: PathIndex,
+    paths: Arc<PathIndex>,
     files: OpenFiles,
     version_changes: AtomicU64,
     /// Bumped by every invalidation; a listing that started before one records nothing.
@@ -189,19 +259,34 @@ struct Inner {
 impl HandleCache {
     /// Builds a cache after validating `config`.
     pub fn try_new(config: HandleConfig) -> datafusion::error::Result<Self> {
-        let meta_counters = Arc::new(CacheCounters::default());
-        let paths: PathIndex = Arc::default();
+        let held = Arc::new(Held::default());
+        let paths = Arc::new(PathIndex::new());
         let capacity = config.capacity;
-        let metas = with_expiry(
-            Cache::builder().max_capacity(config.capacity),
-            config.ttl,
+        // No time to live of the entry's own: each member's recording and proofs expire on
+        // their own clocks (`known::expired`), checked on every lookup.
+        let objects = with_expiry(
+            Cache::builder()
+                .max_capacity(config.capacity)
+                .weigher(|_, known: &Arc<Known>| known.weight()),
+            Duration::ZERO,
             config.idle_timeout,
         )
         .eviction_listener({
-            let (c, paths) = (Arc::clone(&meta_counters), Arc::clone(&paths));
-            move |key: Arc<Seen>, gone: Recorded, cause| {
-                c.removed(cause);
-                unindex(&paths, &key, gone.token);
+            let (held, paths) = (Arc::clone(&held), Arc::clone(&paths));
+            move |id: Arc<ObjectId>, known: Arc<Known>, cause| {
+                // Replaced: the same entry inserted again to be weighed anew.
+                if cause == RemovalCause::Replaced {
+                    return;
+                }
+                paths.remove(&id, known.token);
+                let mut members = lock(&known.state);
+                if std::mem::replace(&mut members.gone, true) {
+                    return;
+                }
+                for member in members.by.values() {
+                    held.dropped(member, cause);
+                }
+                members.by = HashMap::new();
                 if cause == RemovalCause::Size && !FULL_LOGGED.swap(true, Relaxed) {
                     log::warn!(
                         "the handle cache is full (lakecache.handle.capacity = {capacity}): \
@@ -227,36 +312,15 @@ impl HandleCache {
             move |_, _, cause| c.removed(cause)
         })
         .build();
-        // Proofs last as long as metadata does: a store whose rights were taken away is
-        // asked again within the TTL.
-        let proof_counters = Arc::new(CacheCounters::default());
-        let proven: Arc<ByObject<ProofKey>> = Arc::default();
-        let proofs = with_expiry(
-            Cache::builder().max_capacity(config.capacity),
-            config.ttl,
-            config.idle_timeout,
-        )
-        .eviction_listener({
-            let (c, proven) = (Arc::clone(&proof_counters), Arc::clone(&proven));
-            move |key: Arc<ProofKey>, _, cause| {
-                c.removed(cause);
-                proven.removed(key.1.id(), &key);
-            }
-        })
-        .build();
         let files = OpenFiles::new(&config);
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
-                metas,
+                objects,
+                held,
                 next_token: AtomicU64::new(0),
-                recording: std::array::from_fn(|_| Mutex::new(())),
-                meta_counters,
                 lists,
                 list_counters,
-                proofs,
-                proven,
-                proof_counters,
                 proof_heads: AtomicU64::new(0),
                 paths,
                 files,
@@ -274,14 +338,13 @@ impl HandleCache {
     /// A snapshot of the figures.
     pub fn stats(&self) -> HandleStats {
         let i = &self.inner;
-        settle(&i.metas, i.config.capacity);
+        settle(&i.objects, i.config.capacity);
         settle(&i.lists, i.config.listing_bytes);
-        settle(&i.proofs, i.config.capacity);
         HandleStats {
-            metadata: i.meta_counters.snapshot(i.metas.entry_count()),
+            metadata: i.held.meta_counters.snapshot(i.held.metas.load(Relaxed)),
             listings: i.list_counters.snapshot(i.lists.entry_count()),
             listing_bytes: i.lists.weighted_size(),
-            proofs: i.proof_counters.snapshot(i.proofs.entry_count()),
+            proofs: i.held.proof_counters.snapshot(i.held.proofs.load(Relaxed)),
             proof_heads: i.proof_heads.load(Relaxed),
             files: i.files.stats(),
             open_files: i.files.open_now(),
@@ -292,17 +355,79 @@ impl HandleCache {
     /// Drops every entry and closes every cached descriptor.
     pub fn clear(&self) {
         self.inner.epoch.fetch_add(1, Relaxed);
-        self.inner.metas.invalidate_all();
+        self.inner.objects.invalidate_all();
         self.inner.lists.invalidate_all();
-        self.inner.proofs.invalidate_all();
         self.inner.files.clear();
-        self.inner.metas.run_pending_tasks();
+        self.inner.objects.run_pending_tasks();
         self.inner.lists.run_pending_tasks();
-        self.inner.proofs.run_pending_tasks();
     }
 
     pub(crate) fn files(&self) -> &OpenFiles {
         &self.inner.files
+    }
+
+    /// The entry of object `id`, if the cache holds one.
+    fn known(&self, id: &ObjectId) -> Option<Arc<Known>> {
+        self.inner.objects.get(id)
+    }
+
+    /// Runs `change` on the members of object `id`'s entry, made if there is none, and
+    /// weighs the entry again if it grew by a unit.
+    fn change<T>(&self, id: &ObjectId, change: impl FnOnce(&mut Members) -> T) -> T {
+        let mut change = Some(change);
+        loop {
+            let known = self.inner.objects.get_with_by_ref(id, || {
+                let token = self.inner.next_token.fetch_add(1, Relaxed);
+                self.inner.paths.add(id, token);
+                Arc::new(Known::new(token))
+            });
+            let mut members = lock(&known.state);
+            if members.gone {
+                // Let go between the lookup and the lock: take it out if it is still held
+                // (an entry weighed anew as it expired), then make a new one.
+                drop(members);
+                self.inner
+                    .objects
+                    .entry_by_ref(id)
+                    .and_compute_with(|held| match held {
+                        Some(e) if Arc::ptr_eq(e.value(), &known) => Op::Remove,
+                        _ => Op::Nop,
+                    });
+                continue;
+            }
+            let Some(change) = change.take() else {
+                unreachable!("a change runs once: the loop ends when it ran");
+            };
+            let out = change(&mut members);
+            let grew = members.outgrew_weight();
+            drop(members);
+            if grew {
+                self.inner
+                    .objects
+                    .entry_by_ref(id)
+                    .and_compute_with(|held| match held {
+                        Some(e) if Arc::ptr_eq(e.value(), &known) => Op::Put(Arc::clone(&known)),
+                        _ => Op::Nop,
+                    });
+            }
+            return out;
+        }
+    }
+
+    /// What `seen`'s identity recorded, if it has not expired (an expired recording is
+    /// dropped and counted as it is found).
+    fn recorded(&self, members: &mut Members, identity: &StoreIdentity) -> Option<Recorded> {
+        let member = members.by.get_mut(identity)?;
+        let recorded = member.meta.as_ref()?;
+        if !expired(recorded.at, self.inner.config.ttl) {
+            return Some(recorded.clone());
+        }
+        member.meta = None;
+        self.inner.held.meta_gone(RemovalCause::Expired);
+        if member.is_empty() {
+            members.by.remove(identity);
+        }
+        None
     }
 
     /// The metadata `seen` recorded, counted as a lookup: a hit only if `served` says it may
@@ -314,22 +439,47 @@ impl HandleCache {
     ) -> Option<ObjectMeta> {
         let found = self.peek(seen).filter(|m| served(m));
         match &found {
-            Some(_) => self.inner.meta_counters.hit(),
-            None => self.inner.meta_counters.miss(),
+            Some(_) => self.inner.held.meta_counters.hit(),
+            None => self.inner.held.meta_counters.miss(),
         }
         found
     }
 
     /// The metadata `seen` recorded, if any, without counting a lookup.
     pub(crate) fn peek(&self, seen: &Seen) -> Option<ObjectMeta> {
-        self.inner.metas.get(seen).map(|r| r.meta)
+        let known = self.known(&seen.id)?;
+        let mut members = lock(&known.state);
+        if members.gone {
+            return None;
+        }
+        self.recorded(&mut members, &seen.identity)
+            .map(|r| r.meta.as_ref().clone())
     }
 
-    /// Keeps `meta` as what `seen` recorded, indexed by its path under a token of its own.
-    fn put(&self, seen: Seen, meta: ObjectMeta) {
-        let token = self.inner.next_token.fetch_add(1, Relaxed);
-        self.index_path(&seen, token);
-        self.inner.metas.insert(seen, Recorded { meta, token });
+    /// Keeps `meta` as what `identity` recorded, under a new token.
+    fn put(&self, members: &mut Members, identity: &StoreIdentity, meta: &ObjectMeta) {
+        let recorded = Recorded {
+            meta: members.shared(meta),
+            token: self.inner.next_token.fetch_add(1, Relaxed),
+            at: Instant::now(),
+        };
+        let member = members.by.entry(identity.clone()).or_default();
+        if member.meta.replace(recorded).is_none() {
+            self.inner.held.metas.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Drops what `identity` recorded, counted for `cause`.
+    fn unrecord(&self, members: &mut Members, identity: &StoreIdentity, cause: RemovalCause) {
+        let Some(member) = members.by.get_mut(identity) else {
+            return;
+        };
+        if member.meta.take().is_some() {
+            self.inner.held.meta_gone(cause);
+        }
+        if member.is_empty() {
+            members.by.remove(identity);
+        }
     }
 
     /// Records metadata a response or a listing of a store of `identity` showed, of a request
@@ -350,54 +500,52 @@ impl HandleCache {
         if !self.inner.config.enabled {
             return None;
         }
-        let seen = Seen {
-            identity: identity.clone(),
-            id: ObjectId {
-                store: store.clone(),
-                path: meta.location.clone(),
-            },
+        let id = ObjectId {
+            store: store.clone(),
+            path: meta.location.clone(),
         };
         let version = |m: &ObjectMeta| ObjectVersion::new(store.clone(), identity, m);
-        let stripe = {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            seen.hash(&mut hasher);
-            hasher.finish() as usize % RECORDING_STRIPES
-        };
-        let _recording = lock(&self.inner.recording[stripe]);
-        let recorded = self.inner.metas.get(&seen);
-        match recorded.map(|r| (r.meta, r.token)) {
-            Some((cached, _)) if version(&cached).matches(meta) => {
-                if !version(&cached).pins_bytes() && version(meta).pins_bytes() {
-                    // Learn the validator a listing left out: reads of the object can then be
-                    // guarded by it (and its bytes kept). The listing's time stays, as
-                    // DataFusion compares its cached entries with what its listing showed
-                    // (a GET's time may be cut to the second where the listing's is not).
-                    let learned = ObjectMeta {
-                        e_tag: meta.e_tag.clone(),
-                        version: meta.version.clone(),
-                        ..cached
-                    };
-                    self.put(seen, learned);
+        let replaced = self.change(&id, |members| {
+            match self.recorded(members, identity) {
+                Some(cached) if version(&cached.meta).matches(meta) => {
+                    if !version(&cached.meta).pins_bytes() && version(meta).pins_bytes() {
+                        // Learn the validator a listing left out: reads of the object can
+                        // then be guarded by it (and its bytes kept). The listing's time
+                        // stays, as DataFusion compares its cached entries with what its
+                        // listing showed (a GET's time may be cut to the second where the
+                        // listing's is not).
+                        let learned = ObjectMeta {
+                            e_tag: meta.e_tag.clone(),
+                            version: meta.version.clone(),
+                            ..cached.meta.as_ref().clone()
+                        };
+                        self.put(members, identity, &learned);
+                    }
+                    None
                 }
-                None
+                Some(old) if old.token >= since.recordings => {
+                    self.unrecord(members, identity, RemovalCause::Explicit);
+                    Some(old.meta.as_ref().clone())
+                }
+                Some(old) => {
+                    self.inner
+                        .held
+                        .meta_counters
+                        .removed(RemovalCause::Replaced);
+                    self.put(members, identity, meta);
+                    Some(old.meta.as_ref().clone())
+                }
+                None => {
+                    self.put(members, identity, meta);
+                    None
+                }
             }
-            Some((old, token)) if token >= since.recordings => {
-                self.inner.version_changes.fetch_add(1, Relaxed);
-                self.inner.metas.invalidate(&seen);
-                self.invalidate_listings(&seen);
-                Some(old)
-            }
-            Some((old, _)) => {
-                self.inner.version_changes.fetch_add(1, Relaxed);
-                self.put(seen.clone(), meta.clone());
-                self.invalidate_listings(&seen);
-                Some(old)
-            }
-            None => {
-                self.put(seen, meta.clone());
-                None
-            }
+        });
+        if replaced.is_some() {
+            self.inner.version_changes.fetch_add(1, Relaxed);
+            self.invalidate_listings(identity, &id);
         }
+        replaced
     }
 
     /// [`HandleCache::record`] for an object a listing that began at `epoch` showed: nothing
@@ -469,13 +617,37 @@ impl HandleCache {
 
     /// Whether a store of `identity` has shown it can read `version`, counted as a lookup.
     pub(crate) fn proven(&self, identity: &StoreIdentity, version: &ObjectVersion) -> bool {
-        let key = (identity.clone(), version.clone());
-        let found = self.inner.config.enabled && self.inner.proofs.contains_key(&key);
+        let found = self.inner.config.enabled && self.has_proof(identity, version);
         match found {
-            true => self.inner.proof_counters.hit(),
-            false => self.inner.proof_counters.miss(),
+            true => self.inner.held.proof_counters.hit(),
+            false => self.inner.held.proof_counters.miss(),
         }
         found
+    }
+
+    fn has_proof(&self, identity: &StoreIdentity, version: &ObjectVersion) -> bool {
+        let Some(known) = self.known(version.id()) else {
+            return false;
+        };
+        let mut members = lock(&known.state);
+        if members.gone {
+            return false;
+        }
+        let Some(member) = members.by.get_mut(identity) else {
+            return false;
+        };
+        let Some(at) = member.proofs.iter().position(|p| &p.version == version) else {
+            return false;
+        };
+        if !expired(member.proofs[at].at, self.inner.config.ttl) {
+            return true;
+        }
+        member.proofs.swap_remove(at);
+        self.inner.held.proof_gone(RemovalCause::Expired);
+        if member.is_empty() {
+            members.by.remove(identity);
+        }
+        false
     }
 
     /// Notes that a store of `identity` answered a HEAD or a GET for `version`.
@@ -483,11 +655,20 @@ impl HandleCache {
         if !self.inner.config.enabled {
             return;
         }
-        let key = (identity.clone(), version.clone());
-        if !self.inner.proofs.contains_key(&key) {
-            self.inner.proven.added(version.id(), &key);
-            self.inner.proofs.insert(key, ());
-        }
+        self.change(version.id(), |members| {
+            let member = members.by.entry(identity.clone()).or_default();
+            let now = Instant::now();
+            match member.proofs.iter_mut().find(|p| &p.version == version) {
+                Some(proof) => proof.at = now,
+                None => {
+                    member.proofs.push(Proof {
+                        version: version.clone(),
+                        at: now,
+                    });
+                    self.inner.held.proofs.fetch_add(1, Relaxed);
+                }
+            }
+        });
     }
 
     /// The versions stores of `identities` have proven, each with the identity that did.
@@ -495,19 +676,31 @@ impl HandleCache {
         &self,
         identities: &[StoreIdentity],
     ) -> Vec<(StoreIdentity, ObjectVersion)> {
-        self.inner
-            .proofs
-            .iter()
-            .filter(|(key, _)| identities.contains(&key.0))
-            .map(|(key, _)| (key.0.clone(), key.1.clone()))
-            .collect()
+        let ttl = self.inner.config.ttl;
+        let mut proven = Vec::new();
+        for (_, known) in self.inner.objects.iter() {
+            let members = lock(&known.state);
+            for identity in identities {
+                let Some(member) = members.by.get(identity) else {
+                    continue;
+                };
+                proven.extend(
+                    member
+                        .proofs
+                        .iter()
+                        .filter(|p| !expired(p.at, ttl))
+                        .map(|p| (identity.clone(), p.version.clone())),
+                );
+            }
+        }
+        proven
     }
 
-    /// Drops `identity`'s listings of `store` that hold objects under `prefix`, or are under
-    /// it: the next listing there asks the store.
+    /// Drops the listings of `store` that hold objects under `prefix`, or are under it, of
+    /// `identity` (of every identity if `None`): the next listing there asks the store.
     pub(crate) fn invalidate_listings_under(
         &self,
-        identity: &StoreIdentity,
+        identity: Option<&StoreIdentity>,
         store: &StoreKey,
         prefix: &Path,
     ) {
@@ -517,7 +710,7 @@ impl HandleCache {
             .lists
             .iter()
             .filter(|(k, _)| {
-                &k.identity == identity
+                identity.is_none_or(|i| &k.identity == i)
                     && &k.store == store
                     && (covers(k.prefix.as_ref(), prefix)
                         || k.prefix.as_ref().is_some_and(|p| covers(Some(prefix), p)))
@@ -529,6 +722,17 @@ impl HandleCache {
         }
     }
 
+    /// The objects of `store` under `prefix` (whole path segments) that any identity has
+    /// recorded or proved.
+    pub(crate) fn objects_under(&self, store: &StoreKey, prefix: &Path) -> Vec<ObjectId> {
+        self.inner
+            .objects
+            .iter()
+            .filter(|(id, _)| &id.store == store && covers(Some(prefix), &id.path))
+            .map(|(id, _)| id.as_ref().clone())
+            .collect()
+    }
+
     /// Counts a HEAD sent only to prove access.
     pub(crate) fn count_proof_head(&self) {
         self.inner.proof_heads.fetch_add(1, Relaxed);
@@ -537,70 +741,71 @@ impl HandleCache {
     /// Drops `identity`'s proof of `version`, and its recorded metadata if that shows
     /// `version`: the store showed another version, or refused this one.
     pub(crate) fn unprove(&self, identity: &StoreIdentity, version: &ObjectVersion) {
-        self.inner
-            .proofs
-            .invalidate(&(identity.clone(), version.clone()));
-        let seen = Seen {
-            identity: identity.clone(),
-            id: version.id().clone(),
+        let Some(known) = self.known(version.id()) else {
+            return;
         };
-        if self.peek(&seen).is_some_and(|m| version.matches(&m)) {
-            self.inner.metas.invalidate(&seen);
-            self.invalidate_listings(&seen);
+        let mut members = lock(&known.state);
+        let Some(member) = members.by.get_mut(identity) else {
+            return;
+        };
+        if let Some(at) = member.proofs.iter().position(|p| &p.version == version) {
+            member.proofs.swap_remove(at);
+            self.inner.held.proof_gone(RemovalCause::Explicit);
+        }
+        let shows = member
+            .meta
+            .as_ref()
+            .is_some_and(|r| version.matches(&r.meta));
+        if shows {
+            self.unrecord(&mut members, identity, RemovalCause::Explicit);
+        } else if member.is_empty() {
+            members.by.remove(identity);
+        }
+        drop(members);
+        if shows {
+            self.invalidate_listings(identity, version.id());
         }
     }
 
     /// Drops what `seen`'s identity recorded of its object: metadata, the listings that may
     /// hold it, and its proofs of every version.
     pub(crate) fn invalidate_seen(&self, seen: &Seen) {
-        self.inner.metas.invalidate(seen);
-        self.invalidate_listings(seen);
-        for key in self.inner.proven.keys(&seen.id) {
-            if key.0 == seen.identity {
-                self.inner.proofs.invalidate(&key);
+        if let Some(known) = self.known(&seen.id) {
+            let mut members = lock(&known.state);
+            if let Some(member) = members.by.remove(&seen.identity) {
+                self.inner.held.dropped(&member, RemovalCause::Explicit);
             }
         }
+        self.invalidate_listings(&seen.identity, &seen.id);
     }
 
-    /// Drops what every identity recorded of object `id`.
+    /// Drops what every identity recorded of object `id`, and every listing that may hold it.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
-        let seen: Vec<Seen> = self
-            .seen_at(&id.path)
-            .into_iter()
-            .filter(|s| &s.id == id)
-            .collect();
-        for s in &seen {
-            self.invalidate_seen(s);
-        }
-        // Listings and proofs of identities whose metadata has gone already.
+        self.inner.objects.invalidate(id);
         self.inner.epoch.fetch_add(1, Relaxed);
-        let listed = id.clone();
         let stale: Vec<Arc<ListKey>> = self
             .inner
             .lists
             .iter()
-            .filter(|(k, _)| k.store == listed.store && covers(k.prefix.as_ref(), &listed.path))
+            .filter(|(k, _)| k.store == id.store && covers(k.prefix.as_ref(), &id.path))
             .map(|(k, _)| k)
             .collect();
         for key in stale {
             self.inner.lists.invalidate(key.as_ref());
         }
-        for key in self.inner.proven.keys(id) {
-            self.inner.proofs.invalidate(&key);
-        }
     }
 
-    /// Drops `seen`'s identity's listings that may hold its object.
-    fn invalidate_listings(&self, seen: &Seen) {
+    /// Drops `identity`'s listings that may hold object `id`.
+    fn invalidate_listings(&self, identity: &StoreIdentity, id: &ObjectId) {
         self.inner.epoch.fetch_add(1, Relaxed);
         let stale: Vec<Arc<ListKey>> = self
             .inner
             .lists
             .iter()
             .filter(|(k, _)| {
-                k.identity == seen.identity
-                    && k.store == seen.id.store
-                    && covers(k.prefix.as_ref(), &seen.id.path)
+                &k.identity == identity
+                    && k.store == id.store
+                    && covers(k.prefix.as_ref(), &id.path)
             })
             .map(|(k, _)| k)
             .collect();
@@ -663,55 +868,45 @@ impl HandleCache {
         scope: Option<&[StoreIdentity]>,
     ) -> bool {
         let named_by_content = Validator::of(meta).names_content();
+        let ttl = self.inner.config.ttl;
         let mut in_scope = 0;
-        self.seen_at(path).into_iter().any(|s| {
-            let Some(cached) = self.peek(&s) else {
-                return false;
+        for store in self.inner.paths.stores(path) {
+            let id = ObjectId {
+                store: store.clone(),
+                path: path.clone(),
             };
-            if !ObjectVersion::new(s.id.store.clone(), &s.identity, &cached).matches(meta) {
-                return true;
-            }
-            if !named_by_content && scope.is_none_or(|ids| ids.contains(&s.identity)) {
-                in_scope += 1;
-            }
-            in_scope > 1
-        })
-    }
-
-    /// Each identity and store that recorded metadata of `path`, once.
-    fn seen_at(&self, path: &Path) -> Vec<Seen> {
-        let paths = lock(&self.inner.paths);
-        let mut seen: Vec<Seen> = Vec::new();
-        for (s, _) in paths.get(path).into_iter().flatten() {
-            if !seen.contains(s) {
-                seen.push(s.clone());
+            let Some(known) = self.known(&id) else {
+                continue;
+            };
+            let members = lock(&known.state);
+            // Members that recorded the same metadata share it: each is compared once.
+            let mut agreed: Vec<*const ObjectMeta> = Vec::new();
+            for (identity, member) in &members.by {
+                let Some(recorded) = member.meta.as_ref().filter(|r| !expired(r.at, ttl)) else {
+                    continue;
+                };
+                let shared = Arc::as_ptr(&recorded.meta);
+                if !agreed.contains(&shared) {
+                    let version = ObjectVersion::new(store.clone(), identity, &recorded.meta);
+                    if !version.matches(meta) {
+                        return true;
+                    }
+                    agreed.push(shared);
+                }
+                if !named_by_content && scope.is_none_or(|ids| ids.contains(identity)) {
+                    in_scope += 1;
+                    if in_scope > 1 {
+                        return true;
+                    }
+                }
             }
         }
-        seen
-    }
-
-    fn index_path(&self, seen: &Seen, token: u64) {
-        let mut paths = lock(&self.inner.paths);
-        paths
-            .entry(seen.id.path.clone())
-            .or_default()
-            .push((seen.clone(), token));
+        false
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Takes the entry recorded for `seen` under `token` out of the path index.
-fn unindex(paths: &PathIndex, seen: &Seen, token: u64) {
-    let mut paths = lock(paths);
-    if let Some(all) = paths.get_mut(&seen.id.path) {
-        all.retain(|(s, held)| s != seen || *held != token);
-        if all.is_empty() {
-            paths.remove(&seen.id.path);
-        }
-    }
 }
 
 /// Whether a listing of `prefix` can contain `path` (object_store prefixes match whole

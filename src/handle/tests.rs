@@ -58,7 +58,7 @@ fn capacity_bounds_the_metadata_entries() {
     let stats = cache.stats();
     assert!(stats.metadata.entries <= 10, "{stats:?}");
     assert!(stats.metadata.evictions > 0, "{stats:?}");
-    let indexed = lock(&cache.inner.paths).len();
+    let indexed = cache.inner.paths.paths();
     assert!(indexed <= 10, "the path index follows evictions: {indexed}");
 }
 
@@ -351,4 +351,74 @@ fn forgetting_an_object_for_everyone_drops_every_identitys_entries() {
         let v = ObjectVersion::new(store(), &identity, &m);
         assert!(!cache.proven(&identity, &v), "{identity}");
     }
+}
+
+#[test]
+fn identities_share_one_entry_per_object_weighed_by_how_many_showed_it() {
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let m = meta("t/a", 10, Some("\"0123456789abcdef0123456789abcdef\""));
+    let identities: Vec<StoreIdentity> = (0..100)
+        .map(|i| StoreIdentity::named(format!("tenant-{i}")))
+        .collect();
+    for identity in &identities {
+        cache.record(identity, &store(), &m, cache.epoch());
+        cache.prove(identity, &ObjectVersion::new(store(), identity, &m));
+    }
+    cache.inner.objects.run_pending_tasks();
+    assert_eq!(
+        cache.inner.objects.entry_count(),
+        1,
+        "one entry for the object"
+    );
+    assert_eq!(
+        cache.inner.objects.weighted_size(),
+        1 + 100 / known::MEMBERS_PER_UNIT as u64,
+        "weighed by the identities that showed it"
+    );
+    let stats = cache.stats();
+    assert_eq!((stats.metadata.entries, stats.proofs.entries), (100, 100));
+    // One copy of the metadata, shared by every identity that recorded it.
+    let known = cache.known(&id("t/a")).unwrap();
+    let members = lock(&known.state);
+    let first = members.by[&identities[0]]
+        .meta
+        .as_ref()
+        .unwrap()
+        .meta
+        .clone();
+    for identity in &identities {
+        let recorded = &members.by[identity].meta.as_ref().unwrap().meta;
+        assert!(Arc::ptr_eq(recorded, &first), "{identity}");
+    }
+    drop(members);
+    // Forgetting one identity's view leaves the others'.
+    cache.invalidate_seen(&Seen {
+        identity: identities[0].clone(),
+        id: id("t/a"),
+    });
+    let v = |i: &StoreIdentity| ObjectVersion::new(store(), i, &m);
+    assert!(!cache.proven(&identities[0], &v(&identities[0])));
+    assert!(cache.proven(&identities[1], &v(&identities[1])));
+    let stats = cache.stats();
+    assert_eq!((stats.metadata.entries, stats.proofs.entries), (99, 99));
+}
+
+#[test]
+fn proofs_expire_with_the_ttl() {
+    let cache = HandleCache::try_new(HandleConfig {
+        ttl: Duration::from_millis(50),
+        ..HandleConfig::default()
+    })
+    .unwrap();
+    let m = meta("t/a", 10, Some("e"));
+    let v = ObjectVersion::new(store(), &me(), &m);
+    cache.prove(&me(), &v);
+    assert!(cache.proven(&me(), &v));
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(
+        !cache.proven(&me(), &v),
+        "asked again once the ttl has passed"
+    );
+    assert_eq!(cache.stats().proofs.entries, 0);
+    assert_eq!(cache.stats().proofs.expirations, 1);
 }

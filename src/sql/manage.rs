@@ -485,7 +485,7 @@ fn invalidate(
     }
     caches
         .handles
-        .invalidate_listings_under(&identity, &store, &path);
+        .invalidate_listings_under(Some(&identity), &store, &path);
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.0.as_str()),
