@@ -1,6 +1,7 @@
 //! [`LakeCache`], the face of the crate: one per process, holding every cache, and
 //! [`LakeCacheBuilder`], which validates every setting before anything is built.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -170,13 +171,61 @@ impl LakeCache {
     }
 
     /// Drops everything cached about one object: its metadata, descriptor, listings that hold
-    /// it, and its footer, bloom filters and bytes in every version. `store_url` names the
-    /// store as it was registered (for example `s3://bucket`).
+    /// it, and its footer, bloom filters and bytes in every version, for every store.
+    /// `store_url` names the store as it was registered (for example `s3://bucket`). Every
+    /// object below a prefix: [`LakeCache::invalidate_prefix`]. SQL's `lakecache_invalidate`
+    /// drops only what the calling session's stores have shown.
     pub fn invalidate(&self, store_url: &url::Url, path: &Path) {
         self.scans.caches.forget(&ObjectId {
             store: StoreKey::of(store_url),
             path: path.clone(),
         });
+    }
+
+    /// Drops everything cached about the objects below `prefix` of the store at `store_url`,
+    /// for every store, as [`LakeCache::invalidate`] does for one object, and every listing
+    /// at, above or below `prefix`; returns how many objects it dropped. `prefix` matches
+    /// whole path segments (`sales` holds `sales/a.parquet` and an object named `sales`, not
+    /// `sales2/a.parquet`); an empty prefix is the whole store.
+    ///
+    /// The objects dropped are those any store has recorded or proved in the handle cache,
+    /// and those whose footer or bloom filters are cached. Once it returns, every read below
+    /// `prefix` asks the store first: a listing is listed again, and a HEAD, a footer or bytes
+    /// are served only after the store answers a HEAD or a GET for that version (bytes the
+    /// store shows to be the version the disk tier holds, named by its content, may then come
+    /// from disk, as they would for a new store).
+    ///
+    /// ```
+    /// # use datafusion_lakecache::LakeCache;
+    /// # use object_store::path::Path;
+    /// let lake = LakeCache::builder().build().unwrap();
+    /// let url = url::Url::parse("s3://bucket").unwrap();
+    /// let dropped = lake.invalidate_prefix(&url, &Path::from("sales/2026"));
+    /// assert_eq!(dropped, 0);
+    /// ```
+    pub fn invalidate_prefix(&self, store_url: &url::Url, prefix: &Path) -> usize {
+        let caches = &self.scans.caches;
+        let store = StoreKey::of(store_url);
+        let mut objects: HashSet<ObjectId> = caches
+            .handles
+            .objects_under(&store, prefix)
+            .into_iter()
+            .collect();
+        objects.extend(
+            caches
+                .index
+                .bytes_by_version()
+                .into_keys()
+                .map(|version| version.id().clone())
+                .filter(|id| id.store == store && id.path.prefix_match(prefix).is_some()),
+        );
+        for id in &objects {
+            caches.forget(id);
+        }
+        caches
+            .handles
+            .invalidate_listings_under(None, &store, prefix);
+        objects.len()
     }
 
     /// Waits until every range written to the disk tier so far is on disk (or failed): before
@@ -474,6 +523,98 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(lake.handles().config().ttl, Duration::ZERO);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn invalidate_prefix_sends_every_read_below_it_to_the_store_and_keeps_the_rest() {
+        use crate::CachingObjectStore;
+        use crate::testkit::{ContentETags, CountingStore};
+        use futures::TryStreamExt;
+        use object_store::memory::InMemory;
+        use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+        let dir = tempfile::tempdir().unwrap();
+        let lake = LakeCache::builder()
+            .range_disk(dir.path(), 64 << 20)
+            .build()
+            .unwrap();
+        let url = url::Url::parse("memory://lake").unwrap();
+        // Content-named e_tags, as S3's: the bytes go to the disk tier too.
+        let counted = Arc::new(CountingStore::new(ContentETags::new(InMemory::new())));
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(CachingObjectStore::new(Arc::clone(&counted), &url, &lake));
+        let below = ["t/a/1", "t/a/2", "t/a/x/3"];
+        // `t/ab` shares the prefix's text, not its segments.
+        let beside = ["t/b/4", "t/ab/5"];
+        for (i, path) in below.iter().chain(&beside).enumerate() {
+            let body = format!("object {i} {}", "x".repeat(100 * (i + 1)));
+            counted
+                .put(&Path::from(*path), PutPayload::from(body.into_bytes()))
+                .await
+                .unwrap();
+        }
+        let read = |path: &'static str| {
+            let store = Arc::clone(&store);
+            async move {
+                let path = Path::from(path);
+                let size = store.head(&path).await.unwrap().size;
+                store.get_range(&path, 0..size).await.unwrap()
+            }
+        };
+        let list = |prefix: &'static str| {
+            let store = Arc::clone(&store);
+            async move {
+                let listed: Vec<_> = store
+                    .list(Some(&Path::from(prefix)))
+                    .try_collect()
+                    .await
+                    .unwrap();
+                listed.len()
+            }
+        };
+        for _ in 0..2 {
+            counted.reset();
+            for path in below.iter().chain(&beside) {
+                read(path).await;
+            }
+            assert_eq!(
+                (list("t").await, list("t/a/x").await, list("t/b").await),
+                (5, 1, 1)
+            );
+        }
+        assert_eq!(
+            counted.counts().total(),
+            0,
+            "warm: nothing reaches the store"
+        );
+        lake.flush().await;
+        assert_eq!(lake.stats().range.disk.entries, 5);
+
+        let dropped = lake.invalidate_prefix(&url, &Path::from("t/a"));
+        assert_eq!(dropped, below.len());
+        let stats = lake.stats();
+        assert_eq!(stats.range.disk.entries, beside.len() as u64);
+        assert_eq!(stats.range.memory.entries, beside.len() as u64);
+
+        // Beside the prefix: still served, without a request.
+        counted.reset();
+        for path in &beside {
+            read(path).await;
+        }
+        assert_eq!(list("t/b").await, 1);
+        assert_eq!(counted.counts().total(), 0);
+        // Below it (and the listings above it): every read asks the store.
+        for path in &below {
+            counted.reset();
+            read(path).await;
+            let asked = counted.counts();
+            assert!(asked.head + asked.get >= 1, "{path}: {asked:?}");
+        }
+        for prefix in ["t", "t/a/x"] {
+            counted.reset();
+            list(prefix).await;
+            assert_eq!(counted.counts().list, 1, "{prefix}");
+        }
     }
 
     #[test]

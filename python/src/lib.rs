@@ -228,6 +228,65 @@ impl PyLakeCache {
     fn clear(&self) {
         self.lake.clear();
     }
+
+    /// Waits until every range queued for the disk tier (`range_disk`) so far is written (or
+    /// has failed: `stats()["range.disk"]["write_errors"]`), so that the next process to
+    /// open the directory finds it. Call it before the process exits: ranges are written in
+    /// the background, and nothing flushes them at exit. Returns at once without a disk tier.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let lake = self.lake.clone();
+        py.detach(|| {
+            tokio()?.block_on(lake.flush());
+            Ok(())
+        })
+    }
+
+    /// Forgets what the caches hold of the object at `url` (a local path or a URL, as
+    /// `parquet_table` takes it): its metadata and listings, footer, bloom filters and bytes
+    /// (in memory and on disk) in every version, for every store; or, for a URL ending in `/`
+    /// (or a local directory), of every object below it, and every listing at, above or below
+    /// it. The next read of what was forgotten asks the store (a LIST, HEAD or GET): after
+    /// files are rewritten or deleted behind the cache's back, the next query sees them as
+    /// they are. A URL that does not parse, or a glob, is a `ValueError` naming it.
+    fn invalidate(&self, py: Python<'_>, url: &str) -> PyResult<()> {
+        let invalid =
+            |e: &dyn std::fmt::Display| PyValueError::new_err(format!("invalidate {url}: {e}"));
+        let parsed = ListingTableUrl::parse(url).map_err(|e| invalid(&e))?;
+        if parsed.get_glob().is_some() {
+            return Err(invalid(&"a glob names no object or prefix to forget"));
+        }
+        let root = parsed.object_store();
+        let store_url: &url::Url = root.as_ref();
+        let prefix = parsed.prefix().clone();
+        if !parsed.is_collection() && !prefix.as_ref().is_empty() {
+            self.lake.invalidate(store_url, &prefix);
+            return Ok(());
+        }
+        let lake = self.lake.clone();
+        py.detach(|| lake.invalidate_prefix(store_url, &prefix));
+        Ok(())
+    }
+
+    /// Drops the stores the cache keeps for its tables to share (one per URL root,
+    /// `storage_options` and snapshot of the environment's credential variables: see
+    /// `parquet_table`) that no table made from this cache uses any more, with their
+    /// sessions and HTTP clients; returns how many it dropped. Call it after credentials
+    /// change (a rotated key, new `AWS_*` variables), once the tables made under the old
+    /// ones are gone: the cache keeps a store per set of credentials it has seen until then.
+    /// A table in use keeps its store. What the caches hold is not dropped: footers and bytes
+    /// are shared by every store that shows the same version, and what only a dropped store
+    /// had shown (its listings, metadata and proofs of access) is served to no other store
+    /// and ages out (`handle_ttl`, 10 minutes by default; `handle_list_ttl` for listings).
+    /// The next table over a dropped store's URL and credentials makes a new store, which
+    /// lists again and sends one HEAD per file before it is served what the caches hold.
+    fn drop_stores(&self) -> usize {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let before = sessions.len();
+        // Each table holds its session, and with it the session's runtime, which no other
+        // session shares (one is built per store): held by the map alone, no table uses it.
+        sessions.retain(|_, state| Arc::strong_count(state.runtime_env()) > 1);
+        before - sessions.len()
+    }
 }
 
 impl PyLakeCache {

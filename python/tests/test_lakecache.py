@@ -2,10 +2,17 @@
 Rust tests use (scripts/with-s3): the rows of datafusion-python alone, no request for a
 repeated query, no rows for a store that may not read."""
 
+import gc
+import json
 import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import datafusion
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from s3_server import lake_table, options, requests, server, vanilla
 
@@ -179,3 +186,156 @@ def test_memory_limit_bounds_the_prefetching_of_the_tables_scans(lake_url):
     assert rows(cached(bounded, lake_url), sql) == want
     figures = bounded.stats()["prefetch"]
     assert figures["peak_reserved_bytes"] <= peak // 2, figures
+
+
+def file_of(url, index):
+    """The URL of file `index` of the seeded lake at `url` (LakeSpec::file_name)."""
+    return f"{url}part-{index:05d}.parquet"
+
+
+def disk_process(mode, url, disk):
+    """Runs disk_process.py in a Python process of its own; its JSON."""
+    endpoint, _ = s3()
+    script = Path(__file__).with_name("disk_process.py")
+    done = subprocess.run(
+        [sys.executable, str(script), mode, url, str(disk), endpoint],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_flush_leaves_the_disk_tier_to_the_next_process_which_reads_it_without_a_get(
+    lake_url, tmp_path
+):
+    disk = tmp_path / "disk"
+    # A process reads the lake once, flushes and exits at once: what it fetched is on disk.
+    first = disk_process("write", lake_url, disk)
+    wrote = first["after"]["range.disk"]
+    assert first["after"]["store"]["gets"] > 0
+    assert wrote["writes"] > 0 and wrote["write_errors"] == 0, wrote
+    assert wrote["entries"] > 0
+    # The next process over the directory finds every entry, and answers the same query
+    # from disk: its store only lists and proves access (one HEAD per file), sends no GET.
+    second = disk_process("read", lake_url, disk)
+    assert second["opened"]["range.disk"]["entries"] == wrote["entries"]
+    assert second["opened"]["range.disk"]["bytes"] == wrote["bytes"]
+    assert second["rows"] == first["rows"]
+    figures = second["after"]
+    assert figures["range.disk"]["hits"] > 0
+    assert figures["range.disk"]["bytes_served"] > 0
+    assert figures["store"]["gets"] == 0, figures
+    assert figures["handle.proofs"]["heads"] >= FILES
+
+
+def test_flush_without_a_disk_tier_returns_at_once():
+    lake = lc.LakeCache()
+    lake.flush()
+    assert lake.stats()["range.disk"]["writes"] == 0
+
+
+def test_invalidate_sends_the_next_read_of_an_object_or_a_prefix_to_the_store(lake_url):
+    lake = lc.LakeCache()
+    ctx = cached(lake, lake_url)
+    sql = "SELECT count(*) AS n, round(sum(value), 3) AS total, max(name) AS name FROM t"
+    want = rows(ctx, sql)
+    cold = lake.stats()["store"]["gets"]
+    listed = lake.stats()["handle.listings"]["misses"]
+    assert rows(ctx, sql) == want
+    assert lake.stats()["store"]["gets"] == cold, "warm: no GET"
+
+    def gets_after(url):
+        before = lake.stats()
+        lake.invalidate(url)
+        assert rows(ctx, sql) == want
+        after = lake.stats()
+        relisted = after["handle.listings"]["misses"] - before["handle.listings"]["misses"]
+        return after["store"]["gets"] - before["store"]["gets"], relisted
+
+    # One object: its footer and bytes are fetched again (and the listing that holds it is
+    # listed again); the other files' are not.
+    one, relisted = gets_after(file_of(lake_url, 3))
+    assert 0 < one < cold / 2, (one, cold)
+    assert relisted >= 1
+    # A prefix: every object below it.
+    every, relisted = gets_after(lake_url)
+    assert every >= FILES and every > one, (every, one, cold)
+    assert relisted >= 1
+    # Read again, all of it is cached again.
+    settled = lake.stats()["store"]["gets"]
+    assert rows(ctx, sql) == want
+    assert lake.stats()["store"]["gets"] == settled
+    assert lake.stats()["handle.listings"]["misses"] > listed
+
+
+def write_local(path, values):
+    pq.write_table(pa.table({"id": pa.array(values, pa.int64())}), path)
+
+
+def test_invalidate_shows_files_added_and_rewritten_behind_the_cache(tmp_path):
+    lake_dir = tmp_path / "lake"
+    lake_dir.mkdir()
+    write_local(lake_dir / "a.parquet", [1, 2, 3])
+    write_local(lake_dir / "b.parquet", [10])
+    lake = lc.LakeCache()
+    ctx = datafusion.SessionContext()
+    ctx.register_table("t", lake.parquet_table(f"{lake_dir}/"))
+    sql = "SELECT count(*) AS n, sum(id) AS total FROM t"
+    assert rows(ctx, sql) == [{"n": 4, "total": 16}]
+    # A file added: the cached listing (lakecache.handle.list_ttl, a minute) does not show it.
+    write_local(lake_dir / "c.parquet", [100, 200])
+    assert rows(ctx, sql) == [{"n": 4, "total": 16}]
+    # Forgetting the directory lists it again.
+    lake.invalidate(f"{lake_dir}/")
+    assert rows(ctx, sql) == [{"n": 6, "total": 316}]
+    # One file rewritten, then forgotten: the next query reads it as it is now.
+    write_local(lake_dir / "b.parquet", [20, 30, 40])
+    lake.invalidate(str(lake_dir / "b.parquet"))
+    assert rows(ctx, sql) == [{"n": 8, "total": 396}]
+    # The directory without its `/` names it too, as it exists.
+    (lake_dir / "c.parquet").unlink()
+    lake.invalidate(str(lake_dir))
+    assert rows(ctx, sql) == [{"n": 6, "total": 96}]
+
+
+def test_invalidate_refuses_what_names_no_object_or_prefix(tmp_path):
+    lake = lc.LakeCache()
+    for bad in ["http://[::1", f"{tmp_path}/*.parquet"]:
+        with pytest.raises(ValueError, match="invalidate") as refused:
+            lake.invalidate(bad)
+        assert bad in str(refused.value)
+    # A URL the cache holds nothing of is nothing to forget.
+    lake.invalidate("s3://some-bucket/sales/")
+    lake.invalidate("s3://some-bucket/sales/a.parquet")
+
+
+def test_drop_stores_drops_the_stores_no_table_uses_and_the_caches_stay(lake_url):
+    endpoint, _ = s3()
+    lake = lc.LakeCache()
+    sql = "SELECT category, count(*) AS n FROM t GROUP BY category"
+    assert lake.drop_stores() == 0
+    ctx = cached(lake, lake_url)
+    want = rows(ctx, sql)
+    # A key no longer valid: its table fails, and it is another store the cache keeps.
+    with pytest.raises(RuntimeError, match="403 Forbidden"):
+        lake.parquet_table(lake_url, storage_options=options(endpoint, key="not-a-key"))
+    # The refused key made no table, so its store is used by none: it goes; the table in use
+    # keeps its own.
+    assert lake.drop_stores() == 1
+    assert lake.drop_stores() == 0
+    assert rows(ctx, sql) == want
+    # Once the table is gone, so may its store.
+    ctx.deregister_table("t")
+    del ctx
+    gc.collect()
+    assert lake.drop_stores() == 1
+    # A new store over the same URL and key lists again and proves each file with a HEAD;
+    # footers and bytes (named by their content, as S3's MD5 e_tags do) come from the caches.
+    before = lake.stats()
+    assert rows(cached(lake, lake_url), sql) == want
+    after = lake.stats()
+    assert after["store"]["gets"] == before["store"]["gets"], (before["store"], after["store"])
+    assert after["handle.proofs"]["heads"] - before["handle.proofs"]["heads"] >= FILES
+    assert after["handle.listings"]["misses"] > before["handle.listings"]["misses"]
