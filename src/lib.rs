@@ -6,7 +6,8 @@
 // `index`, `range`; `store` (the one versioned read, and `CachingObjectStore`); `prefetch`;
 // `table` (`LakeTable`, the reader, the query planner); `sql` (what `install` puts into a
 // session); `delta` (Delta Lake's log store, and the hook that marks its scans); `lake`
-// (`LakeCache`); `ballista` (a `LakeCache` per process of a Ballista cluster).
+// (`LakeCache`); `ballista` (a `LakeCache` per process of a Ballista cluster) and
+// `metrics_export` (its figures through the `metrics` facade).
 
 #[cfg(feature = "ballista")]
 pub mod ballista;
@@ -19,6 +20,8 @@ mod handle;
 mod index;
 mod lake;
 mod metrics;
+#[cfg(feature = "metrics")]
+pub mod metrics_export;
 mod object;
 mod prefetch;
 mod range;

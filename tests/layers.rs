@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["sql"],
     &["delta"],
     &["lake"],
-    &["ballista"],
+    &["ballista", "metrics_export"],
     &["testkit"],
 ];
 
