@@ -1,4 +1,4 @@
-#![doc = include_str!("../README.md")]
+#![doc = include_str!("../docs/crate.md")]
 #![warn(missing_docs)]
 
 // The layers, bottom to top (docs/architecture.md; tests/layers.rs checks them): `object`
@@ -42,3 +42,19 @@ pub use stats::{
 };
 pub use store::CachingObjectStore;
 pub use table::{LakeTable, LakeTableFactory, StandaloneTable};
+
+/// The Rust blocks of the README and the guides under `docs/`, compiled by `cargo test --doc`
+/// as those of the crate's page are. Every doc with a Rust block is listed here (or is the
+/// crate's page); tests/docs.rs fails on one that is not, and on a block marked `ignore` with
+/// no reason.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[cfg(feature = "delta")]
+    #[doc = include_str!("../docs/delta.md")]
+    struct Delta;
+    #[cfg(feature = "ballista")]
+    #[doc = include_str!("../docs/distributed.md")]
+    struct Distributed;
+}
