@@ -113,6 +113,35 @@ type StageKeys = Vec<Option<Preference>>;
 /// A stage of a job, in one attempt.
 type StageAttempt = (JobId, usize, usize);
 
+/// Where each partition of a stage attempt would run among the executors alive when it was
+/// worked out: a bind looks each pending partition up rather than scoring every executor
+/// for it, so its cost does not grow with the cluster.
+struct Owners {
+    alive: Vec<String>,
+    /// Per partition, the index in `alive` of the executor it prefers; `None` for one that
+    /// reads no file, or must run on an executor no longer alive.
+    of: Vec<Option<usize>>,
+}
+
+impl Owners {
+    fn of(keys: &StageKeys, alive: &[String]) -> Self {
+        let of = keys
+            .iter()
+            .map(|key| match key.as_ref()? {
+                Preference::Object(object) => {
+                    let owner = preferred_executor(alive, object)?;
+                    alive.iter().position(|a| a == owner)
+                }
+                Preference::Executor(name) => alive.iter().position(|a| a == name),
+            })
+            .collect();
+        Self {
+            alive: alive.to_vec(),
+            of,
+        }
+    }
+}
+
 /// Ballista's task distribution by cache affinity; see the module docs. Set with
 /// `SchedulerConfig::with_task_distribution(TaskDistributionPolicy::Custom(policy))`.
 pub struct AffinityPolicy {
@@ -120,6 +149,8 @@ pub struct AffinityPolicy {
     wait: Duration,
     liveness: Duration,
     keys: Mutex<HashMap<StageAttempt, Arc<StageKeys>>>,
+    /// Where each stage attempt's partitions would run, for the executors last alive.
+    owners: Mutex<HashMap<StageAttempt, Arc<Owners>>>,
     /// When each waiting partition first found its preferred executor busy.
     waiting: Mutex<HashMap<(StageAttempt, usize), Instant>>,
     /// When each executor last offered slots (a poll in pull mode): with the heartbeats, who
@@ -146,6 +177,7 @@ impl AffinityPolicy {
             wait: DEFAULT_WAIT,
             liveness: DEFAULT_LIVENESS,
             keys: Mutex::default(),
+            owners: Mutex::default(),
             waiting: Mutex::default(),
             offered: Mutex::default(),
             counters: Counters::default(),
@@ -254,6 +286,18 @@ impl AffinityPolicy {
         found
     }
 
+    /// Where the partitions of `attempt` would run among `alive`, worked out again only when
+    /// the executors alive changed.
+    fn owners_of(&self, attempt: &StageAttempt, keys: &StageKeys, alive: &[String]) -> Arc<Owners> {
+        let mut owners = lock(&self.owners);
+        if let Some(found) = owners.get(attempt).filter(|o| o.alive == alive) {
+            return Arc::clone(found);
+        }
+        let found = Arc::new(Owners::of(keys, alive));
+        owners.insert(attempt.clone(), Arc::clone(&found));
+        found
+    }
+
     /// The executors alive now, by name, sorted (see `alive`).
     pub(crate) fn executors_alive(&self) -> Vec<String> {
         self.alive(&[])
@@ -262,6 +306,7 @@ impl AffinityPolicy {
     /// Forgets what it kept of jobs no longer running.
     fn forget_finished(&self, running: &HashMap<JobId, JobInfoCache>) {
         lock(&self.keys).retain(|(job, _, _), _| running.contains_key(job));
+        lock(&self.owners).retain(|(job, _, _), _| running.contains_key(job));
         lock(&self.waiting).retain(|((job, _, _), _), _| running.contains_key(job));
     }
 }
@@ -283,6 +328,13 @@ impl DistributionPolicy for AffinityPolicy {
             return Ok(bound);
         }
         let alive = self.alive(&budgets);
+        // The budget of each executor alive, by its index in `alive` (sorted).
+        let mut slots: Vec<Option<usize>> = vec![None; alive.len()];
+        for (i, b) in budgets.iter().enumerate() {
+            if let Ok(at) = alive.binary_search(&b.executor_id) {
+                slots[at] = Some(i);
+            }
+        }
         for (job_id, job) in running_jobs.iter() {
             if !matches!(job.status, Some(job_status::Status::Running(_))) {
                 continue;
@@ -294,6 +346,7 @@ impl DistributionPolicy for AffinityPolicy {
                 done_with.push(stage.stage_id);
                 let attempt = (job_id.clone(), stage.stage_id, stage.stage_attempt_num);
                 let keys = self.keys_of(&attempt, stage, &alive);
+                let owners = self.owners_of(&attempt, &keys, &alive);
                 // The figures' own tasks count in no placement figure.
                 let counted = !keys
                     .iter()
@@ -308,19 +361,13 @@ impl DistributionPolicy for AffinityPolicy {
                         unplaced.push(p);
                         continue;
                     };
-                    let owner = match preference {
-                        Preference::Object(object) => preferred_executor(&alive, object),
-                        Preference::Executor(name) => {
-                            let owner = alive.iter().find(|a| *a == name);
-                            if owner.is_none() {
-                                // Gone: it runs anywhere, and answers nothing there.
-                                elsewhere.push(p);
-                                continue;
-                            }
-                            owner
-                        }
-                    };
-                    let slot = owner.and_then(|o| budgets.iter().position(|b| &b.executor_id == o));
+                    let owner = owners.of.get(p).copied().flatten();
+                    if owner.is_none() && matches!(preference, Preference::Executor(_)) {
+                        // Gone: it runs anywhere, and answers nothing there.
+                        elsewhere.push(p);
+                        continue;
+                    }
+                    let slot = owner.and_then(|o| slots[o]);
                     let free = slot.is_some_and(|i| {
                         let taken = by_executor.get(&i).map_or(0, Vec::len);
                         budgets[i].vcores as usize > taken
