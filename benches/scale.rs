@@ -329,10 +329,14 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
             );
         }
         "entries" => {
-            // What the handle cache holds per object: `size` objects listed, then each read
-            // through the wrapper (metadata recorded, access proven), at the defaults with
-            // a capacity above `size`.
-            let store = lake(size).await;
+            // What the handle cache holds per object: `size` objects (e_tags that are
+            // content digests, as S3's) listed, then each read through the wrapper (metadata
+            // recorded, access proven), at the defaults with a capacity above `size`; then
+            // each read through a second store instance (another identity), whose bytes are
+            // the first's: what one more identity costs per object.
+            let store = ContentETags::new(Arc::try_unwrap(lake(size).await).expect("one owner"));
+            store.learn(None).await?;
+            let store = Arc::new(store);
             let Some(lake_cache) = LakeCache::builder()
                 .with_env()
                 .set("lakecache.handle.capacity", &(2 * size).to_string())
@@ -344,24 +348,43 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 return Ok(());
             };
             let url = Url::parse(URL).expect("static");
-            let wrapped = CachingObjectStore::new_arc(store, &url, &lake_cache);
+            let wrapped = Arc::new(CachingObjectStore::new_arc(
+                Arc::clone(&store),
+                &url,
+                &lake_cache,
+            ));
             let base = peak_rss_mib();
             let listed = wrapped.list(Some(&Path::from("lake"))).count().await;
             let after_listing = peak_rss_mib();
-            for i in 0..size {
-                let path = Path::from(format!("lake/f{i:07}.parquet"));
-                wrapped.get_range(&path, 0..4).await?;
-            }
+            let read_all = |wrapped: Arc<dyn ObjectStore>| async move {
+                for i in 0..size {
+                    let path = Path::from(format!("lake/f{i:07}.parquet"));
+                    wrapped.get_range(&path, 0..4).await?;
+                }
+                Ok::<_, object_store::Error>(())
+            };
+            read_all(wrapped).await?;
             let after_reads = peak_rss_mib();
-            let kib = |mib: f64| mib * 1024.0 * 1024.0 / size as f64;
+            // A store instance of its own: another identity.
+            let own = Arc::new(PrefixStore::new(store, Path::default()));
+            read_all(Arc::new(CachingObjectStore::new_arc(
+                own,
+                &url,
+                &lake_cache,
+            )))
+            .await?;
+            let after_other = peak_rss_mib();
+            let bytes = |mib: f64| mib * 1024.0 * 1024.0 / size as f64;
             let h = lake_cache.stats().handle;
             println!(
                 "RESULT entries {size} cached: a listing of {listed} objects {:.0} bytes each \
-                 ({} bytes weighed); metadata and proofs {:.0} bytes per object ({} and {} \
-                 entries); range entries of 4 bytes each included",
-                kib(after_listing - base),
+                 ({} bytes weighed); metadata and proofs {:.0} bytes per object, range entries \
+                 of 4 bytes each included; a second identity {:.0} bytes per object ({} and {} \
+                 entries)",
+                bytes(after_listing - base),
                 h.listing_bytes,
-                kib(after_reads - after_listing),
+                bytes(after_reads - after_listing),
+                bytes(after_other - after_reads),
                 h.metadata.entries,
                 h.proofs.entries,
             );
