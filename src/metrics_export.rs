@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use metrics::{Label, Unit};
 
-use crate::LakeCache;
+use crate::lake::LakeCache;
 use crate::stats::LakeStats;
 
 /// The prefix of every name this module publishes.
