@@ -44,6 +44,23 @@ pub async fn remote(
     )))
 }
 
+/// [`remote`] with S3's spread of response times rather than one: each real request waits a
+/// log-normal draw around `median`, one in a hundred 20 times longer (`LatencyStore::s3_like`,
+/// from `seed`).
+pub async fn remote_s3_like(
+    store: Arc<dyn ObjectStore>,
+    median: Duration,
+    bandwidth: u64,
+    seed: u64,
+) -> Result<Arc<Remote>> {
+    let s3_like = ContentETags::new(store);
+    s3_like.learn(None).await?;
+    let slow = LatencyStore::s3_like(s3_like, median, seed).with_bandwidth(bandwidth);
+    Ok(Arc::new(CountingStore::new(
+        Arc::new(slow) as Arc<dyn ObjectStore>
+    )))
+}
+
 /// The value after `--name` on the command line, or `default`.
 pub fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();

@@ -61,8 +61,10 @@ use crate::table::ScanCaches;
 #[derive(Debug)]
 pub struct ClusterDeltaTable {
     table: DeltaScanNext,
-    /// `table` as delta-rs serializes it: what each executor plans its part of a scan from.
+    /// `table` as delta-rs serializes it (with the snapshot's files, for planning).
     encoded: Arc<str>,
+    /// `table` without its snapshot's files ([`without_files`]): what each task carries.
+    for_tasks: Arc<str>,
 }
 
 impl ClusterDeltaTable {
@@ -73,6 +75,7 @@ impl ClusterDeltaTable {
         Ok(Self {
             table: decode_table(encoded)?,
             encoded: Arc::from(encoded),
+            for_tasks: Arc::from(without_files(encoded)),
         })
     }
 
@@ -93,6 +96,45 @@ impl ClusterDeltaTable {
 fn decode_table(encoded: &str) -> Result<DeltaScanNext> {
     serde_json::from_str(encoded)
         .map_err(|e| DataFusionError::Plan(format!("decoding a Delta table: {e}")))
+}
+
+/// `encoded` (delta-rs 1.1's serialization of a `DeltaScanNext`) with a lazy snapshot: the
+/// table's version, protocol, metadata and log segment, without the files delta-rs read from
+/// the log. An eager snapshot carries every file of the table with its statistics (as an
+/// Arrow IPC file written out as a JSON array of numbers), so a task of a million-file table
+/// would carry gigabytes; without them, a task carries kilobytes and its executor reads the
+/// log segment it names (no LIST) through its own caches, once per file after the first task.
+/// The rows are the same: the scan reads the same version's files either way.
+///
+/// A serialization of another shape is returned as it is (a slower task, never other rows).
+fn without_files(encoded: &str) -> String {
+    let Ok(mut table) = serde_json::from_str::<serde_json::Value>(encoded) else {
+        return encoded.to_string();
+    };
+    let Some(snapshot) = table.get_mut("snapshot") else {
+        return encoded.to_string();
+    };
+    // `{"EagerSnapshot": [snapshot]}` or `{"Snapshot": snapshot}`; a snapshot is a sequence
+    // whose tenth element is its materialized files, or null.
+    let lazy = match snapshot {
+        serde_json::Value::Object(wrapper) => match wrapper.remove("EagerSnapshot") {
+            Some(serde_json::Value::Array(mut eager)) if !eager.is_empty() => {
+                Some(eager.swap_remove(0))
+            }
+            Some(_) => None,
+            None => wrapper.remove("Snapshot"),
+        },
+        _ => None,
+    };
+    let Some(serde_json::Value::Array(mut fields)) = lazy else {
+        return encoded.to_string();
+    };
+    if fields.len() != 10 {
+        return encoded.to_string();
+    }
+    fields[9] = serde_json::Value::Null;
+    *snapshot = serde_json::json!({ "Snapshot": fields });
+    serde_json::to_string(&table).unwrap_or_else(|_| encoded.to_string())
 }
 
 #[async_trait]
@@ -125,7 +167,7 @@ impl TableProvider for ClusterDeltaTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let plan = self.table.scan(state, projection, filters, limit).await?;
         let spec = ScanSpec {
-            table: Arc::clone(&self.encoded),
+            table: Arc::clone(&self.for_tasks),
             projection: projection.cloned(),
             filters: filters.to_vec(),
             limit,
@@ -547,5 +589,72 @@ mod tests {
         assert_eq!(back.schema, spec.schema);
         assert!(back.whole);
         assert!(ScanSpec::decode(b"{\"table\": 1}", &ctx).is_err());
+    }
+
+    /// A Delta table of `commits` commits of a file each in `dir`, and delta-rs's provider
+    /// of it as the client serializes it.
+    async fn delta_table(dir: &std::path::Path, commits: usize) -> String {
+        use crate::testkit::{delta::delta_batch, lake::LakeSpec};
+        use deltalake_core::DeltaTableBuilder;
+        use deltalake_core::protocol::SaveMode;
+        let url = url::Url::from_directory_path(dir).unwrap();
+        let spec = LakeSpec::small_files(commits);
+        let mut table = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
+        for i in 0..commits {
+            table = table
+                .write(vec![delta_batch(&spec, i)])
+                .with_save_mode(SaveMode::Append)
+                .await
+                .unwrap();
+        }
+        let provider = table.table_provider().await.unwrap();
+        let encoded = ClusterDeltaTable::encode(provider.as_ref())
+            .unwrap()
+            .unwrap();
+        String::from_utf8(encoded).unwrap()
+    }
+
+    async fn rows_of(table: DeltaScanNext) -> String {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        let batches = ctx
+            .sql("SELECT * FROM t ORDER BY id")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn a_task_carries_the_table_without_its_files_and_reads_the_same_rows() {
+        let (small, large) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (small, large) = (
+            delta_table(small.path(), 2).await,
+            delta_table(large.path(), 12).await,
+        );
+        let (lean_small, lean_large) = (without_files(&small), without_files(&large));
+        // The lean form names the log segment (a file per commit) and no data file.
+        let value: serde_json::Value = serde_json::from_str(&lean_large).unwrap();
+        assert!(value["snapshot"]["Snapshot"][9].is_null(), "{value}");
+        let per_commit = |a: &str, b: &str| (b.len() - a.len()) / 10;
+        let (eager, lean) = (
+            per_commit(&small, &large),
+            per_commit(&lean_small, &lean_large),
+        );
+        assert!(
+            lean * 4 < eager,
+            "a task's table grows by {lean} bytes per file, the whole table's by {eager}"
+        );
+        assert_eq!(
+            rows_of(decode_table(&lean_large).unwrap()).await,
+            rows_of(decode_table(&large).unwrap()).await
+        );
+        // Of another shape: carried as it is.
+        assert_eq!(without_files("{\"snapshot\": 1}"), "{\"snapshot\": 1}");
+        assert_eq!(without_files("not json"), "not json");
     }
 }
