@@ -40,8 +40,9 @@ use ballista_scheduler::state::execution_graph::{TaskDescription, create_task_in
 use ballista_scheduler::state::execution_stage::RunningStage;
 use ballista_scheduler::state::task_builder::restrict_plan_to_partitions;
 use ballista_scheduler::state::task_manager::JobInfoCache;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -277,8 +278,9 @@ impl AffinityPolicy {
         } else if stage.partitions > 1 && collapses(&stage.plan) {
             vec![None; stage.partitions]
         } else {
-            (0..stage.partitions)
-                .map(|p| main_object(&stage.plan, p).map(Preference::Object))
+            main_objects(&stage.plan, stage.partitions)
+                .into_iter()
+                .map(|o| o.map(Preference::Object))
                 .collect()
         };
         let found = Arc::new(found);
@@ -559,15 +561,30 @@ pub fn object_key(store: &ObjectStoreUrl, location: &Path) -> String {
     format!("{store}/{location}")
 }
 
-/// The object partition `p` of `plan` reads most bytes of, if it reads files.
-fn main_object(plan: &Arc<dyn ExecutionPlan>, p: usize) -> Option<String> {
-    let restricted = restrict_plan_to_partitions(Arc::clone(plan), &[p]).ok()?;
-    let mut bytes: HashMap<String, u64> = HashMap::new();
-    let _ = restricted.apply(|node| {
-        if let Some(scan) = node.downcast_ref::<DataSourceExec>()
-            && let Some(files) = scan.data_source().downcast_ref::<FileScanConfig>()
-        {
-            for group in &files.file_groups {
+/// The object each of the `partitions` of `plan` reads most bytes of (ties to the smallest
+/// name), as a task of that partition alone reads them.
+///
+/// A partition's files are those Ballista's `restrict_plan_to_partitions` keeps, whose
+/// rules (unions, collapses, operators that slice their input) are its own to know. That
+/// restriction copies every file of the plan's scans, so applying it to the plan once per
+/// partition costs partitions x files (minutes at a million files). It is applied instead to
+/// a skeleton of the plan whose file groups are one marker each: partitions x groups, then
+/// each partition sums the bytes of the groups it kept, files x 1.
+fn main_objects(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec<Option<String>> {
+    // The bytes of each object in each file group of the plan, by marker.
+    let mut groups: Vec<HashMap<String, u64>> = Vec::new();
+    let skeleton = Arc::clone(plan).transform_up(|node| {
+        let Some(config) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let markers = config
+            .file_groups
+            .iter()
+            .map(|group| {
+                let mut bytes: HashMap<String, u64> = HashMap::new();
                 for file in group.iter() {
                     let len = file
                         .range
@@ -575,24 +592,138 @@ fn main_object(plan: &Arc<dyn ExecutionPlan>, p: usize) -> Option<String> {
                         .map_or(file.object_meta.size, |r| (r.end - r.start) as u64);
                     *bytes
                         .entry(object_key(
-                            &files.object_store_url,
+                            &config.object_store_url,
                             &file.object_meta.location,
                         ))
                         .or_default() += len;
                 }
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+                groups.push(bytes);
+                FileGroup::new(vec![PartitionedFile::new(
+                    (groups.len() - 1).to_string(),
+                    0,
+                )])
+            })
+            .collect();
+        let skeleton = FileScanConfigBuilder::from(config.clone())
+            .with_file_groups(markers)
+            .build();
+        Ok(Transformed::yes(
+            DataSourceExec::from_data_source(skeleton) as Arc<dyn ExecutionPlan>
+        ))
     });
-    bytes
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-        .map(|(object, _)| object)
+    let Ok(skeleton) = skeleton.map(|t| t.data) else {
+        return vec![None; partitions];
+    };
+    (0..partitions)
+        .map(|p| {
+            let restricted = restrict_plan_to_partitions(Arc::clone(&skeleton), &[p]).ok()?;
+            let mut bytes: HashMap<&str, u64> = HashMap::new();
+            let _ = restricted.apply(|node| {
+                if let Some(config) = node
+                    .downcast_ref::<DataSourceExec>()
+                    .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+                {
+                    for marker in config.file_groups.iter().flat_map(|g| g.iter()) {
+                        let group = marker
+                            .object_meta
+                            .location
+                            .as_ref()
+                            .parse::<usize>()
+                            .ok()
+                            .and_then(|at| groups.get(at));
+                        for (object, len) in group.into_iter().flatten() {
+                            *bytes.entry(object.as_str()).or_default() += len;
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+            bytes
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+                .map(|(object, _)| object.to_string())
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::datatypes::Schema;
+    use datafusion::datasource::physical_plan::ArrowSource;
+    use datafusion::physical_plan::joins::CrossJoinExec;
+    use datafusion::physical_plan::union::UnionExec;
+
+    /// A scan of `groups` of (name, bytes) files in `store`.
+    fn scan(store: &str, groups: &[&[(&str, u64)]]) -> Arc<dyn ExecutionPlan> {
+        let groups = groups
+            .iter()
+            .map(|g| {
+                FileGroup::new(
+                    g.iter()
+                        .map(|(name, size)| PartitionedFile::new(*name, *size))
+                        .collect(),
+                )
+            })
+            .collect();
+        let config = FileScanConfigBuilder::new(
+            ObjectStoreUrl::parse(store).unwrap(),
+            Arc::new(ArrowSource::new_file_source(Arc::new(Schema::empty()))),
+        )
+        .with_file_groups(groups)
+        .build();
+        DataSourceExec::from_data_source(config)
+    }
+
+    /// What `main_objects` replaced: Ballista's restriction of the whole plan, once per
+    /// partition.
+    fn main_object_of_the_whole_plan(plan: &Arc<dyn ExecutionPlan>, p: usize) -> Option<String> {
+        let restricted = restrict_plan_to_partitions(Arc::clone(plan), &[p]).ok()?;
+        let mut bytes: HashMap<String, u64> = HashMap::new();
+        let _ = restricted.apply(|node| {
+            if let Some(config) = node
+                .downcast_ref::<DataSourceExec>()
+                .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+            {
+                for file in config.file_groups.iter().flat_map(|g| g.iter()) {
+                    *bytes
+                        .entry(object_key(
+                            &config.object_store_url,
+                            &file.object_meta.location,
+                        ))
+                        .or_default() += file.object_meta.size;
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        bytes
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+            .map(|(object, _)| object)
+    }
+
+    #[test]
+    fn main_objects_are_those_of_the_plan_restricted_to_each_partition() {
+        let a = scan(
+            "s3://a",
+            &[&[("x", 10), ("y", 30)], &[("z", 5)], &[("x", 7), ("w", 7)]],
+        );
+        let b = scan("s3://b", &[&[("x", 20)], &[("v", 1), ("u", 1)]]);
+        let plans: Vec<Arc<dyn ExecutionPlan>> = vec![
+            Arc::clone(&a),
+            UnionExec::try_new(vec![Arc::clone(&a), Arc::clone(&b)]).unwrap(),
+            // The left side is read whole by every partition of the right.
+            Arc::new(CrossJoinExec::new(Arc::clone(&b), Arc::clone(&a))),
+        ];
+        for plan in plans {
+            let n = plan.output_partitioning().partition_count();
+            let want: Vec<_> = (0..n)
+                .map(|p| main_object_of_the_whole_plan(&plan, p))
+                .collect();
+            assert_eq!(main_objects(&plan, n), want, "{}", plan.name());
+            assert!(want.iter().all(Option::is_some), "{want:?}");
+        }
+    }
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("executor-{i}")).collect()

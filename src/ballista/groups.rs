@@ -67,28 +67,38 @@ fn regroup(config: &FileScanConfig, executors: &[String]) -> Option<Vec<FileGrou
     {
         return None;
     }
-    let owner = |file: &PartitionedFile| {
-        preferred_executor(
-            executors,
-            &object_key(&config.object_store_url, &file.object_meta.location),
-        )
-        .cloned()
-    };
-    let files = || config.file_groups.iter().flat_map(|g| g.iter());
-    if files().any(|f| f.range.is_some()) {
+    if config
+        .file_groups
+        .iter()
+        .flat_map(|g| g.iter())
+        .any(|f| f.range.is_some())
+    {
         return None;
     }
-    let agree = config.file_groups.iter().all(|g| {
-        let mut owners = g.iter().map(owner);
-        let first = owners.next().flatten();
-        owners.all(|o| o == first)
-    });
-    if agree {
+    // Each file's preferred executor, hashed once (a file scores every executor).
+    let owners: Vec<Vec<&String>> = config
+        .file_groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|file| {
+                    let key = object_key(&config.object_store_url, &file.object_meta.location);
+                    preferred_executor(executors, &key)
+                })
+                .collect::<Option<_>>()
+        })
+        .collect::<Option<_>>()?;
+    if owners.iter().all(|g| g.windows(2).all(|w| w[0] == w[1])) {
         return None;
     }
     let mut by_owner: BTreeMap<String, Vec<PartitionedFile>> = BTreeMap::new();
-    for file in files() {
-        by_owner.entry(owner(file)?).or_default().push(file.clone());
+    for (group, owners) in config.file_groups.iter().zip(&owners) {
+        for (file, owner) in group.iter().zip(owners) {
+            by_owner
+                .entry((*owner).clone())
+                .or_default()
+                .push(file.clone());
+        }
     }
     let shares = shares(&by_owner, n)?;
     let mut groups = Vec::with_capacity(n);
