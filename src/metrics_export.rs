@@ -226,7 +226,7 @@ const FIGURES: &[(&str, Kind, Unit, &str)] = &[
         "hedged",
         Kind::Counter,
         Unit::Count,
-        "Second requests sent for GETs waiting past the recent 95th percentile.",
+        "Second requests sent for GETs and proof HEADs waiting past the recent 95th percentile.",
     ),
     (
         "hedges_won",

@@ -254,7 +254,8 @@ impl Activity {
 pub struct StoreStats {
     /// GETs of byte ranges sent, not counting hedges.
     pub gets: u64,
-    /// Second requests sent for GETs still waiting past the recent 95th percentile.
+    /// Second requests sent for GETs (and HEADs proving access) still waiting past the
+    /// recent 95th percentile.
     pub hedged: u64,
     /// Second requests that answered first.
     pub hedges_won: u64,

@@ -12,7 +12,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::testkit::lake::LakeSpec;
-use datafusion_lakecache::testkit::{CountingStore, LatencyStore};
+use datafusion_lakecache::testkit::{ContentETags, CountingStore, LatencyStore};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -266,4 +266,50 @@ async fn hedging_is_on_by_default_and_a_slow_requests_copy_answers_for_it() {
             Some(_) => assert_eq!((s.hedged, s.hedges_won), (0, 0), "{s:?}"),
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_identitys_slow_proof_head_is_copied_as_a_slow_get_is() {
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(FILES)).await;
+    // E_tags that are digests of the bytes, as S3's: a version one identity read is shared
+    // with the next for one HEAD.
+    let digests = ContentETags::new(Arc::clone(&b.raw));
+    digests.learn(None).await.unwrap();
+    let digests: Arc<dyn ObjectStore> = Arc::new(digests);
+    let sql = "SELECT category, count(*) FROM t GROUP BY category ORDER BY category";
+    let want = scan(&b, Arc::clone(&digests), sql).await.unwrap();
+    let lake = LakeCache::builder().build().unwrap();
+    let first = session(&lake);
+    first.register_object_store(&b.store_url, Arc::clone(&digests));
+    first
+        .register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(rows(&first, sql).await.unwrap(), want);
+    // Another identity over a store where one request in forty takes 200 times the usual
+    // 5 ms: every byte it reads is cached, so it sends a LIST and a HEAD per file only.
+    let tail =
+        LatencyStore::new(Arc::clone(&digests), Duration::from_millis(5)).with_tail(40, 200, 3);
+    let second = session(&lake);
+    second.register_object_store(&b.store_url, Arc::new(tail) as Arc<dyn ObjectStore>);
+    let before = lake.stats();
+    second
+        .register_parquet("t", b.table_url(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(rows(&second, sql).await.unwrap(), want);
+    let after = lake.stats();
+    let heads = after.handle.proof_heads - before.handle.proof_heads;
+    assert_eq!(heads, FILES as u64, "a HEAD per file: {:?}", after.handle);
+    assert_eq!(
+        after.store.gets, before.store.gets,
+        "no GET: {:?}",
+        after.store
+    );
+    assert!(
+        after.store.hedged > before.store.hedged,
+        "a slow proof HEAD got a copy: {:?}",
+        after.store
+    );
 }

@@ -164,7 +164,7 @@ macro_rules! setting_table {
             /// Settings of the requests the versioned read makes to a store.
             StoreConfig store "Store requests" {
                 hedge: bool = true, Flag, "lakecache.store.hedge", hedge_requests, Shared,
-                    "Whether a GET still waiting for its first byte past the 95th percentile of recent ones is sent again (at most 5% more requests; the first success wins).",
+                    "Whether a GET (or a HEAD proving a store identity's access) still waiting for its first byte past the 95th percentile of recent ones is sent again (at most 5% more requests; the first success wins).",
                     "The percentile is of the store's last 256 waits, once 8 are known, each counted from when the request was on its way: a request sent in a burst waits behind the ones sent before it, and is not copied for that (it is on its way once all but one in 20 of those are answered). At most one copy per 20 requests (a copy that is slow too may get a third attempt within that share); only the wait for the response is raced, never a body already arriving. A copy carries the same `If-Match`, so it reads the same version or fails the same way; a read fails only when every attempt failed. Counted as `store` / `hedged` and `hedges_won` in `lakecache_metrics()`. Off for a store that bills per request or throttles near its limit.";
             }
             /// What installed sessions may do in SQL.

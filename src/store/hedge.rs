@@ -1,5 +1,5 @@
-//! Hedged requests: a GET still waiting for its first byte past the 95th percentile of this
-//! store's recent ones is sent a second time; the first success wins and the other request is
+//! Hedged requests: a GET (or a HEAD proving access) still waiting for its first byte past
+//! the 95th percentile of this store's recent ones is sent a second time; the first success wins and the other request is
 //! dropped (its connection closed), and the read fails only when every attempt has failed.
 //!
 //! Only requests slow at the store are copied, not those queued behind their own burst: a
@@ -160,8 +160,27 @@ impl Hedger {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.requests.fetch_add(1, Relaxed);
         self.figures.requests.fetch_add(1, Relaxed);
+        self.race(request).await
+    }
+
+    /// [`run`](Self::run) for a HEAD proving access: a new store identity proves each file
+    /// it reads at once, and its scan waits for the slowest of those HEADs as for a GET.
+    /// Counted in the budget and the store's times, not as a GET.
+    pub async fn run_head<T, E, F, Fut>(&self, request: F) -> Result<T, E>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.race(request).await
+    }
+
+    async fn race<T, E, F, Fut>(&self, request: F) -> Result<T, E>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.requests.fetch_add(1, Relaxed);
         let began = Instant::now();
         if !self.figures.enabled {
             return self.noted(began, request().await);

@@ -322,7 +322,12 @@ impl StoreReads {
         let path = version.path();
         let head = GetOptions::new().with_head(true);
         let since = self.now();
-        let meta = match self.0.inner.get_opts(path, head).await {
+        let answer = self
+            .0
+            .hedger
+            .run_head(|| self.0.inner.get_opts(path, head.clone()))
+            .await;
+        let meta = match answer {
             Ok(response) => response.meta,
             Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };
@@ -544,7 +549,12 @@ impl StoreReads {
         let path = version.path();
         let head = GetOptions::new().with_head(true);
         let since = self.now();
-        let meta = match self.0.inner.get_opts(path, head).await {
+        let answer = self
+            .0
+            .hedger
+            .run_head(|| self.0.inner.get_opts(path, head.clone()))
+            .await;
+        let meta = match answer {
             Ok(response) => response.meta,
             Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };
