@@ -1,0 +1,217 @@
+//! TPC-H at scale factor 0.1: the 22 queries (benches/tpch/queries.sql) over the 14 Parquet
+//! files `tpchgen-cli` 4.0 writes (`bash scripts/tpch-data`, into `target/tpch/sf0.1`), side
+//! by side in one run:
+//!
+//! - vanilla DataFusion over the files on the local disk;
+//! - a session installed from a `LakeCache`, over the same local files;
+//! - a session installed from another `LakeCache`, over the same files in a simulated remote
+//!   store (`s3://tpch`: S3's spread of waits around `--latency-ms`, default 25, one request
+//!   in a hundred 20 times longer, one 1 Gbit/s link, e_tags that are digests).
+//!
+//! Each query runs once cold on every side (its answers compared: they must be equal), then
+//! `--runs` (default 5) times warm on each side in turn; the figures are the medians, the
+//! requests those the remote side's warm runs sent. Every session has 2 partitions.
+//! `cargo bench --bench tpch` (options: `-- --data DIR --runs N --latency-ms N --query qN`;
+//! `LAKECACHE_*` variables set both caches' settings, for a trial; the figures reported are
+//! of the defaults).
+
+mod common;
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{arg, context, ms, remote_s3_like};
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion_lakecache::LakeCache;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use url::Url;
+
+const TABLES: [&str; 8] = [
+    "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
+];
+
+/// The 22 queries, by name, from benches/tpch/queries.sql.
+fn queries() -> Vec<(String, String)> {
+    let mut queries: Vec<(String, String)> = Vec::new();
+    for line in include_str!("tpch/queries.sql").lines() {
+        match line.strip_prefix("-- q") {
+            Some(n) if n.chars().all(|c| c.is_ascii_digit()) => {
+                queries.push((format!("q{n}"), String::new()))
+            }
+            _ => {
+                if let Some((_, sql)) = queries.last_mut()
+                    && !line.starts_with("--")
+                {
+                    sql.push_str(line);
+                    sql.push('\n');
+                }
+            }
+        }
+    }
+    queries
+}
+
+/// The text after `--name` on the command line.
+fn text(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).cloned()
+}
+
+/// The data directory: `--data DIR`, or `target/tpch/sf0.1`.
+fn data_dir() -> PathBuf {
+    PathBuf::from(text("--data").unwrap_or_else(|| "target/tpch/sf0.1".to_string()))
+}
+
+/// Every file under `dir`, by its path relative to `dir`.
+fn files_under(dir: &FsPath) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for table in TABLES {
+        for entry in std::fs::read_dir(dir.join(table))? {
+            found.push(PathBuf::from(table).join(entry?.file_name()));
+        }
+    }
+    Ok(found)
+}
+
+/// Registers the eight tables in `ctx`, each from `{base}{table}/`.
+async fn register(ctx: &SessionContext, base: &str) -> Result<()> {
+    for table in TABLES {
+        ctx.register_parquet(
+            table,
+            format!("{base}{table}/"),
+            ParquetReadOptions::default(),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Runs `sql`; its answer as text, and its time.
+async fn answer(ctx: &SessionContext, sql: &str) -> Result<(String, Duration)> {
+    let began = std::time::Instant::now();
+    let batches = ctx.sql(sql).await?.collect().await?;
+    let took = began.elapsed();
+    Ok((pretty_format_batches(&batches)?.to_string(), took))
+}
+
+fn median(mut times: Vec<Duration>) -> f64 {
+    times.sort();
+    ms(times[times.len() / 2])
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let dir = data_dir();
+    let files = files_under(&dir).map_err(|e| {
+        DataFusionError::Execution(format!(
+            "no TPC-H data in {} ({e}): run `bash scripts/tpch-data` first",
+            dir.display()
+        ))
+    })?;
+    let dir = dir.canonicalize()?;
+    let runs = arg("--runs", 5) as usize;
+    let latency = Duration::from_millis(arg("--latency-ms", 25));
+
+    let memory = Arc::new(InMemory::new());
+    for file in &files {
+        let bytes = std::fs::read(dir.join(file))?;
+        let path = Path::from(file.to_string_lossy().as_ref());
+        memory.put(&path, PutPayload::from(bytes)).await?;
+    }
+    let remote = remote_s3_like(memory, latency, 125_000_000, 7).await?;
+
+    let local = format!("{}/", dir.display());
+    let vanilla = context(None)?;
+    register(&vanilla, &local).await?;
+    let local_lake = LakeCache::builder().with_env().build()?;
+    let installed = context(Some(&local_lake))?;
+    register(&installed, &local).await?;
+    let remote_lake = LakeCache::builder().with_env().build()?;
+    let cached = context(Some(&remote_lake))?;
+    let url = Url::parse("s3://tpch").expect("static URL");
+    cached.register_object_store(&url, Arc::clone(&remote) as Arc<dyn ObjectStore>);
+    register(&cached, "s3://tpch/").await?;
+
+    println!(
+        "TPC-H SF0.1, {} files; {runs} warm runs each, medians in ms; remote: S3-like waits \
+         (median {} ms, 1% at 20x), 1 Gbit/s; requests H/G/L of the remote side's warm runs",
+        files.len(),
+        latency.as_millis()
+    );
+    println!(
+        "query | vanilla, local disk | installed, local disk (x vanilla) | cached remote (x \
+         vanilla) | remote cold | warm requests | answers"
+    );
+    let (mut sums, mut slower, mut differ) = ([0.0f64; 3], Vec::new(), Vec::new());
+    let only = text("--query");
+    for (name, sql) in queries() {
+        if only.as_ref().is_some_and(|q| *q != name) {
+            continue;
+        }
+        let sides = [&vanilla, &installed, &cached];
+        let mut answers = Vec::new();
+        let mut cold = Duration::ZERO;
+        for (i, ctx) in sides.iter().enumerate() {
+            let (text, took) = answer(ctx, &sql).await?;
+            if i == 2 {
+                cold = took;
+            }
+            answers.push(text);
+        }
+        let equal = answers.windows(2).all(|w| w[0] == w[1]);
+        if !equal {
+            differ.push(name.clone());
+        }
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        remote.reset();
+        for _ in 0..runs {
+            for (i, ctx) in sides.iter().enumerate() {
+                times[i].push(answer(ctx, &sql).await?.1);
+            }
+        }
+        let requests = remote.counts();
+        let [v, i, c] = times.map(median);
+        sums[0] += v;
+        sums[1] += i;
+        sums[2] += c;
+        if i > v {
+            slower.push(format!("{name} {:.2}x", i / v));
+        }
+        println!(
+            "{name} | {v:.1} | {i:.1} ({:.2}x) | {c:.1} ({:.2}x) | {:.0} | {}/{}/{} | {}",
+            i / v,
+            c / v,
+            ms(cold),
+            requests.head,
+            requests.list,
+            requests.get,
+            if equal { "equal" } else { "DIFFERENT" }
+        );
+    }
+    println!(
+        "sum of medians: vanilla local {:.1} ms, installed local {:.1} ms ({:.2}x), cached \
+         remote {:.1} ms ({:.2}x); installed slower than vanilla: {}; answers not equal: {}",
+        sums[0],
+        sums[1],
+        sums[1] / sums[0],
+        sums[2],
+        sums[2] / sums[0],
+        if slower.is_empty() {
+            "none".to_string()
+        } else {
+            slower.join(", ")
+        },
+        if differ.is_empty() {
+            "none".to_string()
+        } else {
+            differ.join(", ")
+        },
+    );
+    Ok(())
+}
