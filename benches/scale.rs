@@ -20,6 +20,10 @@
 //!   2,000 files, against one session's time.
 //! - `rewrites`: `--rewrites` (default 100000) objects written through the wrapper (each
 //!   write forgets what the caches held of the object), then a warm scan of 2,000 files.
+//! - `memory`: `--memory-files` (default 2000) files of about 64 KiB scanned cold, then warm:
+//!   the peak RSS, and of it what the range cache holds.
+//! - `entries`: `--entries` (default 1000000) objects listed and read through the wrapper:
+//!   the handle cache's bytes per object, and what a second store identity adds.
 //!
 //! `cargo bench --bench scale` (options above, and `--modes vanilla,cached`; the figures in
 //! docs/benchmarks.md, "Scale"). `LAKECACHE_*` variables set the caches' settings, for a
@@ -95,11 +99,44 @@ fn tiny_file() -> Bytes {
     out.into()
 }
 
+/// One Parquet file of about 64 KiB: 3,400 rows of `id` and `v` (values that do not
+/// compress), one row group.
+fn sized_file() -> Bytes {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let noise = (0..3_400).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % 1_000_000) as i64
+    });
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..3_400)),
+            Arc::new(Int64Array::from_iter_values(noise)),
+        ],
+    )
+    .expect("a batch of two columns");
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, schema, None).expect("a writer");
+    writer.write(&batch).expect("written");
+    writer.close().expect("closed");
+    out.into()
+}
+
 /// A lake of `files` copies of one tiny file under `lake/` (one buffer, shared: the store
 /// holds little more than its names).
 async fn lake(files: u64) -> Arc<InMemory> {
+    lake_of(files, tiny_file()).await
+}
+
+/// A lake of `files` copies of `bytes` under `lake/`, one buffer shared.
+async fn lake_of(files: u64, bytes: Bytes) -> Arc<InMemory> {
     let store = Arc::new(InMemory::new());
-    let bytes = tiny_file();
     for i in 0..files {
         let path = Path::from(format!("lake/f{i:07}.parquet"));
         store
@@ -389,6 +426,33 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 h.proofs.entries,
             );
         }
+        "memory" => {
+            // Peak memory of a scan against vanilla's: `size` files of about 64 KiB, the
+            // table registered, then the scan cold and 3 times warm. What the range cache
+            // holds is counted apart: it is memory a user gave it.
+            let bytes = sized_file();
+            let file_bytes = bytes.len();
+            let counted = remote(lake_of(size, bytes).await);
+            let base = peak_rss_mib();
+            let ctx = session(lake_cache.as_ref(), counted.clone())?;
+            ctx.sql(TABLE).await?;
+            timed(&ctx, SCAN).await?;
+            let warm = median(&counted, 3, || timed(&ctx, SCAN)).await?;
+            let peak = peak_rss_mib() - base;
+            let held = lake_cache
+                .as_ref()
+                .map_or(0, |l| l.stats().range.memory_bytes) as f64
+                / (1024.0 * 1024.0);
+            println!(
+                "RESULT memory {size} {mode}: {size} files of {file_bytes} bytes ({:.0} MiB); \
+                 warm scan {:.1} ms ({}); peak rss +{peak:.0} MiB, of which the range cache \
+                 holds {held:.0} MiB; +{:.0} MiB besides it",
+                (size as usize * file_bytes) as f64 / (1024.0 * 1024.0),
+                warm.0,
+                shown(&warm.1),
+                peak - held,
+            );
+        }
         other => panic!("no scenario {other}"),
     }
     Ok(())
@@ -432,7 +496,8 @@ fn main() -> Result<()> {
         return runtime.block_on(child(scenario, mode, size));
     }
     let only = text("--scenario");
-    let scenarios: [(&str, Vec<u64>); 5] = [
+    let scenarios: [(&str, Vec<u64>); 6] = [
+        ("memory", list("--memory-files", &[2_000])),
         ("entries", list("--entries", &[1_000_000])),
         ("files", list("--files", &[10_000, 100_000])),
         ("identities", list("--identities", &[10, 100, 1_000])),
