@@ -177,10 +177,20 @@ async fn a_sessions_scans_follow_its_prefetch_settings() {
     b.write(&LakeSpec::small_files(24)).await;
     let lake = LakeCache::builder().build().unwrap();
     let sql = WORKLOAD[2];
-    let session = || {
+    let defaults = || {
         let config = SessionConfig::new().with_target_partitions(2);
         installed(&b, b.raw.clone(), &lake, SessionStateBuilder::new(), config)
     };
+    // With `local_files` off, local files are left to the operating system's read-ahead.
+    let local = defaults().await;
+    set(&local, "lakecache.prefetch.local_files", "false")
+        .await
+        .unwrap();
+    let before = lake.stats().prefetch.requests;
+    local.sql(sql).await.unwrap().collect().await.unwrap();
+    let after = lake.stats().prefetch.requests;
+    assert_eq!(after, before, "local files: no prefetch");
+    let session = defaults;
 
     let off = session().await;
     set(&off, "lakecache.prefetch.enabled", "false")

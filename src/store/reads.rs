@@ -566,6 +566,11 @@ impl StoreReads {
         Ok(self.shown_by(version, &meta))
     }
 
+    /// Whether these reads go to local files through cached descriptors.
+    pub(crate) fn reads_local_files(&self) -> bool {
+        self.0.local.is_some() && self.0.caches.handles.files().enabled()
+    }
+
     /// The file behind `path` if these reads go through cached local descriptors.
     pub(super) fn local_file(&self, path: &Path) -> Option<Result<PathBuf>> {
         if !self.0.caches.handles.files().enabled() {

@@ -118,6 +118,9 @@ impl ScanCaches {
             .extensions
             .get::<LakeOptions>()
             .map_or(&self.settings.prefetch, |o| &o.settings.prefetch);
+        if reads.reads_local_files() && !settings.local_files {
+            return None;
+        }
         let inputs = ScanInputs {
             reads: reads.clone(),
             index: self.caches.index.clone(),
