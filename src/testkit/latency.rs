@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
@@ -203,14 +203,18 @@ impl<S: ObjectStore> ObjectStore for LatencyStore<S> {
         let Some(link) = self.link.clone().filter(|_| !head) else {
             return Ok(result);
         };
-        // The response has come; its body arrives once it crossed the link.
+        // The response has come; its body arrives once it crossed the link, in buffers of
+        // its own as a network's are (not slices of the inner store's, which a cache could
+        // keep for free).
         let (meta, range, attributes) = (
             result.meta.clone(),
             result.range.clone(),
             result.attributes.clone(),
         );
         let bytes = range.end - range.start;
-        let body = result.into_stream();
+        let body = result
+            .into_stream()
+            .map_ok(|chunk| Bytes::copy_from_slice(&chunk));
         let body = stream::once(async move {
             transfer(&link, bytes).await;
             body
