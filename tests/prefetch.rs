@@ -3,7 +3,8 @@
 //! and nothing fetched once a query's stream is gone.
 //!
 //! The range cache is off here: with it, repeated queries of a remote lake make no requests
-//! at all (tests/range.rs), which would hide what prefetching does.
+//! at all (tests/range.rs), which would hide what prefetching does. Local lakes are read with
+//! `prefetch_local_files(true)`: off by default, local files are left to the page cache.
 
 mod common;
 
@@ -42,6 +43,7 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
         // Footers not loaded when the table is listed, so that a scan meets files whose
         // footer it does not know.
         let lake = LakeCache::builder()
+            .prefetch_local_files(true)
             .range_cache(false)
             .index_on_listing(false)
             .build()
@@ -106,6 +108,7 @@ async fn a_small_file_costs_one_request_and_many_run_at_once() {
 /// chunks are fetched apart), with chunks split into 64 KiB requests; no range cache.
 fn large_file_lake() -> LakeCache {
     LakeCache::builder()
+        .prefetch_local_files(true)
         .range_cache(false)
         .set("lakecache.prefetch.small_file", "1KiB")
         .set("lakecache.prefetch.split_size", "64KiB")
@@ -204,7 +207,11 @@ async fn a_dropped_stream_aborts_its_downloads_and_starts_none() {
     // round trip.
     let files = 400;
     b.write(&LakeSpec::small_files(files)).await;
-    let lake = LakeCache::builder().range_cache(false).build().unwrap();
+    let lake = LakeCache::builder()
+        .prefetch_local_files(true)
+        .range_cache(false)
+        .build()
+        .unwrap();
     let tap = tapped(&b);
     let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
     tap.above.reset();
@@ -243,7 +250,11 @@ async fn a_dropped_stream_aborts_its_downloads_and_starts_none() {
 async fn a_limit_reads_a_few_files() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(120)).await;
-    let lake = LakeCache::builder().range_cache(false).build().unwrap();
+    let lake = LakeCache::builder()
+        .prefetch_local_files(true)
+        .range_cache(false)
+        .build()
+        .unwrap();
     let tap = tapped(&b);
     let ctx = session(&b, tap.above.clone(), &lake, SessionStateBuilder::new()).await;
     tap.above.reset();
@@ -272,7 +283,11 @@ async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
         .with_memory_limit(limit, 1.0)
         .build_arc()
         .unwrap();
-    let lake = LakeCache::builder().range_cache(false).build().unwrap();
+    let lake = LakeCache::builder()
+        .prefetch_local_files(true)
+        .range_cache(false)
+        .build()
+        .unwrap();
     let builder = SessionStateBuilder::new().with_runtime_env(runtime);
     let ctx = session(&b, b.raw.clone(), &lake, builder).await;
     assert_eq!(rows(&ctx, sql).await.unwrap(), want);
@@ -284,6 +299,7 @@ async fn prefetch_stays_within_the_memory_pool_and_its_budget() {
     // A budget of two files: never more reserved than the budget.
     let budget = 2 * file as u64;
     let lake = LakeCache::builder()
+        .prefetch_local_files(true)
         .range_cache(false)
         .prefetch_buffer_bytes(budget / 4)
         .prefetch_max_bytes(budget)
@@ -306,7 +322,11 @@ async fn a_memory_limit_set_by_sql_bounds_prefetching_to_half_of_it() {
         .len() as u64;
     let sql = WORKLOAD[0];
     let want = scan(&b, b.raw.clone(), sql).await.unwrap();
-    let lake = LakeCache::builder().range_cache(false).build().unwrap();
+    let lake = LakeCache::builder()
+        .prefetch_local_files(true)
+        .range_cache(false)
+        .build()
+        .unwrap();
     let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
 
     // Unbounded at install: nothing refused.
@@ -335,7 +355,11 @@ async fn a_memory_limit_set_by_sql_bounds_prefetching_to_half_of_it() {
     assert!(p.memory_denied > before.memory_denied, "{p:?}");
     assert!(p.requests > before.requests, "still prefetching: {p:?}");
     // Peaks are per scan and the first scan's was higher: compare this scan's own figure.
-    let lake2 = LakeCache::builder().range_cache(false).build().unwrap();
+    let lake2 = LakeCache::builder()
+        .prefetch_local_files(true)
+        .range_cache(false)
+        .build()
+        .unwrap();
     let ctx2 = session(&b, b.raw.clone(), &lake2, SessionStateBuilder::new()).await;
     ctx2.sql(&format!(
         "SET datafusion.runtime.memory_limit = '{limit_k}K'"
@@ -362,6 +386,7 @@ async fn a_failed_prefetch_is_read_again_by_the_reader() {
     // Chunks rather than whole files, with the footers cached by a first run: every request
     // of the second run is a prefetch, which its reader waits for and reads itself if it fails.
     let lake = LakeCache::builder()
+        .prefetch_local_files(true)
         .range_cache(false)
         .set("lakecache.prefetch.small_file", "1KiB")
         .build()
@@ -385,7 +410,11 @@ async fn a_failed_prefetch_is_read_again_by_the_reader() {
 async fn explain_analyze_shows_the_scans_cache_and_prefetch_figures() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(6)).await;
-    let lake = LakeCache::builder().range_cache(false).build().unwrap();
+    let lake = LakeCache::builder()
+        .prefetch_local_files(true)
+        .range_cache(false)
+        .build()
+        .unwrap();
     let ctx = session(&b, b.raw.clone(), &lake, SessionStateBuilder::new()).await;
     let explain = |sql: &str| {
         let ctx = ctx.clone();
@@ -522,7 +551,9 @@ async fn downloads_grow_with_the_link_under_their_ceiling() {
     let sql = "SELECT category, round(sum(value), 3) FROM t GROUP BY category ORDER BY category";
     let want = scan(&b, b.raw.clone(), sql).await.unwrap();
     for ceiling in [None, Some(48)] {
-        let mut builder = LakeCache::builder().range_cache(false);
+        let mut builder = LakeCache::builder()
+            .prefetch_local_files(true)
+            .range_cache(false);
         if let Some(ceiling) = ceiling {
             builder = builder.prefetch_max_in_flight(ceiling);
         }

@@ -175,22 +175,36 @@ async fn show_all_lists_every_key_with_its_description_and_exports_keep_the_pref
 async fn a_sessions_scans_follow_its_prefetch_settings() {
     let b = local_backend();
     b.write(&LakeSpec::small_files(24)).await;
-    let lake = LakeCache::builder().build().unwrap();
     let sql = WORKLOAD[2];
-    let defaults = || {
+    let session_of = |lake: LakeCache| {
         let config = SessionConfig::new().with_target_partitions(2);
-        installed(&b, b.raw.clone(), &lake, SessionStateBuilder::new(), config)
+        let b = &b;
+        async move { installed(b, b.raw.clone(), &lake, SessionStateBuilder::new(), config).await }
     };
-    // With `local_files` off, local files are left to the operating system's read-ahead.
-    let local = defaults().await;
-    set(&local, "lakecache.prefetch.local_files", "false")
+    // By default local files are left to the operating system's read-ahead and page cache.
+    let default = LakeCache::builder().build().unwrap();
+    let local = session_of(default.clone()).await;
+    local.sql(sql).await.unwrap().collect().await.unwrap();
+    assert_eq!(
+        default.stats().prefetch.requests,
+        0,
+        "local files: no prefetch"
+    );
+    // A session turns it on for its own scans.
+    set(&local, "lakecache.prefetch.local_files", "true")
         .await
         .unwrap();
-    let before = lake.stats().prefetch.requests;
     local.sql(sql).await.unwrap().collect().await.unwrap();
-    let after = lake.stats().prefetch.requests;
-    assert_eq!(after, before, "local files: no prefetch");
-    let session = defaults;
+    assert!(
+        default.stats().prefetch.requests > 0,
+        "local files prefetched"
+    );
+
+    let lake = LakeCache::builder()
+        .prefetch_local_files(true)
+        .build()
+        .unwrap();
+    let session = || session_of(lake.clone());
 
     let off = session().await;
     set(&off, "lakecache.prefetch.enabled", "false")

@@ -68,9 +68,14 @@ async fn corpus_on(b: &Backend) {
     b.write(&LakeSpec::small_files(8).with_row_groups_of(1_000))
         .await;
     let lake = LakeCache::builder().build().unwrap();
-    // Prefetching small files whole, and large files chunk by chunk in 64 KiB pieces.
-    let whole = LakeCache::builder().build().unwrap();
+    // Prefetching small files whole, and large files chunk by chunk in 64 KiB pieces (local
+    // files too, which are not prefetched by default).
+    let whole = LakeCache::builder()
+        .prefetch_local_files(true)
+        .build()
+        .unwrap();
     let chunks = LakeCache::builder()
+        .prefetch_local_files(true)
         .set("lakecache.prefetch.small_file", "1KiB")
         .set("lakecache.prefetch.split_size", "64KiB")
         .build()

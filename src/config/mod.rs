@@ -141,9 +141,9 @@ macro_rules! setting_table {
                     "lakecache.prefetch.split_size", prefetch_split_bytes, Session,
                     "Ranges longer than this are fetched as parallel requests of this size.",
                     "More requests, but a single slow connection no longer holds a whole column chunk.";
-                local_files: bool = true, Flag, "lakecache.prefetch.local_files", prefetch_local_files, Session,
+                local_files: bool = false, Flag, "lakecache.prefetch.local_files", prefetch_local_files, Session,
                     "Whether scans of local files (`file://`, read through cached descriptors) download ahead too.",
-                    "Off: the operating system's read-ahead and page cache serve them, as they serve DataFusion alone; warm over files in the page cache that measured 0.98-1.01x vanilla's time against 1.04-1.09x on (docs/benchmarks.md, TPC-H). On for a slow disk or a network file system mounted as a local one.";
+                    "Off by default: the operating system's read-ahead and page cache serve them, as they serve DataFusion alone; warm over files in the page cache that measured 0.98-1.01x vanilla's time against 1.04-1.09x on (docs/benchmarks.md, TPC-H). On for a slow disk or a network file system mounted as a local one.";
             }
             /// Settings of the range cache (bytes of remote objects, in memory and on disk).
             /// Bytes of `file://` objects are left to the operating system's page cache.
