@@ -36,7 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{ms, peak_rss_mib};
+use common::{heap_live_mib, ms, peak_rss_mib};
+
+/// Counts the live heap, to tell what a run holds from what the allocator keeps (RSS).
+#[global_allocator]
+static HEAP: common::CountingHeap = common::CountingHeap;
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::error::Result;
@@ -186,6 +190,10 @@ where
     Ok((ms(times[times.len() / 2]), requests))
 }
 
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
 fn shown(r: &RequestCounts) -> String {
     format!("{}/{}/{}", r.head, r.get, r.list)
 }
@@ -199,6 +207,7 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
         "files" => {
             let store = lake(size).await;
             let base = peak_rss_mib();
+            let heap_base = heap_live_mib();
             let counted = remote(store);
             let ctx = session(lake_cache.as_ref(), counted.clone())?;
             let began = Instant::now();
@@ -226,6 +235,7 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 false => None,
             };
             let peak = peak_rss_mib();
+            let heap = heap_live_mib() - heap_base;
             let per_file = |ms: f64| ms * 1000.0 / size as f64;
             // DataFusion's own statistics cache: how many files' statistics it holds, and
             // their bytes (`lakecache.index.datafusion_statistics` bounds it when installed).
@@ -241,8 +251,9 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 "RESULT files {size} {mode}: register {:.0} ms ({:.1} us/file, H/G/L {}), \
                  warm plan {:.1} ms ({:.2} us/file, {}), count(*) {:.1} ms ({:.2} us/file, {}), \
                  scan {}, rss base {base:.0} MiB, peak after registration +{:.0}, after \
-                 count(*) +{:.0}, at the end +{:.0} MiB; DataFusion's statistics cache holds \
-                 {held} files, {} bytes each",
+                 count(*) +{:.0}, at the end +{:.0} MiB; heap live at the end +{heap:.0} MiB \
+                 ({:.1} KiB/file), of which the index cache {:.0} MiB, listings {:.0} MiB and \
+                 DataFusion's statistics cache {:.0} MiB ({held} files, {} bytes each)",
                 register.0,
                 per_file(register.0),
                 shown(&register.1),
@@ -264,6 +275,12 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 after_register - base,
                 after_count - base,
                 peak - base,
+                heap * 1024.0 / size as f64,
+                mib(lake_cache.as_ref().map_or(0, |l| l.stats().index.bytes)),
+                mib(lake_cache
+                    .as_ref()
+                    .map_or(0, |l| l.stats().handle.listing_bytes)),
+                mib(bytes as u64),
                 bytes.checked_div(held).unwrap_or(0),
             );
         }
@@ -439,6 +456,7 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
                 .with_bandwidth(1_250_000_000);
             let counted = Arc::new(CountingStore::new(Arc::new(linked) as Arc<dyn ObjectStore>));
             let base = peak_rss_mib();
+            let heap_base = heap_live_mib();
             let ctx = session(lake_cache.as_ref(), counted.clone())?;
             ctx.sql(TABLE).await?;
             timed(&ctx, SCAN).await?;
@@ -451,11 +469,12 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
             println!(
                 "RESULT memory {size} {mode}: {size} files of {file_bytes} bytes ({:.0} MiB); \
                  warm scan {:.1} ms ({}); peak rss +{peak:.0} MiB, of which the range cache \
-                 holds {held:.0} MiB; +{:.0} MiB besides it",
+                 holds {held:.0} MiB; +{:.0} MiB besides it; heap live at the end +{:.0} MiB",
                 (size as usize * file_bytes) as f64 / (1024.0 * 1024.0),
                 warm.0,
                 shown(&warm.1),
                 peak - held,
+                heap_live_mib() - heap_base,
             );
         }
         other => panic!("no scenario {other}"),

@@ -185,3 +185,49 @@ pub fn line_plot(x_title: &str, y_title: &str, xs: &[u64], series: &[Series]) ->
         cy = h / 2.0,
     )
 }
+
+/// The system allocator, counting the bytes live on the heap: what a run holds, apart from
+/// what the allocator keeps in reserve (RSS counts both). A bench that reports it declares
+/// `#[global_allocator] static HEAP: common::CountingHeap = common::CountingHeap;`.
+pub struct CountingHeap;
+
+static HEAP_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Bytes live on the heap now, when the bench's global allocator is a `CountingHeap`.
+pub fn heap_live_mib() -> f64 {
+    HEAP_LIVE.load(std::sync::atomic::Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
+}
+
+// SAFETY: every call is forwarded to the system allocator with its own arguments; the
+// counter only adds and subtracts the sizes it was given.
+unsafe impl std::alloc::GlobalAlloc for CountingHeap {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            HEAP_LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        HEAP_LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            HEAP_LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        if !p.is_null() {
+            HEAP_LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
+            HEAP_LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+}
