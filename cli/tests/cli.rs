@@ -711,3 +711,170 @@ async fn the_tools_sessions_may_clear_warm_list_and_invalidate_the_caches() {
     assert!(!stderr.contains("rror"), "{stderr}");
     assert!(stdout.contains("| n "), "{stdout}");
 }
+
+/// The tool over `endpoint` (the S3 server, or a proxy in front of it) with the S3 server's
+/// credentials, started without waiting for it.
+fn spawn_via(endpoint: &str, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_lakecache"))
+        .args(["--endpoint", endpoint])
+        .args(args)
+        .envs([
+            ("AWS_ACCESS_KEY_ID", "lakecache"),
+            ("AWS_SECRET_ACCESS_KEY", "lakecache"),
+            ("AWS_REGION", "us-east-1"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lakecache runs")
+}
+
+/// Waits for `children` on blocking threads (the proxy they talk to runs on this runtime).
+async fn outputs(children: Vec<std::process::Child>) -> Vec<Output> {
+    let waits = children
+        .into_iter()
+        .map(|c| tokio::task::spawn_blocking(move || c.wait_with_output().expect("waited")));
+    futures::future::join_all(waits)
+        .await
+        .into_iter()
+        .map(|o| o.expect("joined"))
+        .collect()
+}
+
+/// Bytes of the entry files of the disk tier below `dir`, each checked to be whole: its
+/// magic, and its length what its name and header say (a torn write is neither).
+fn tier_bytes(dir: &FsPath) -> u64 {
+    let mut total = 0;
+    let root = dir.join("lakecache-ranges");
+    for sub in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = f.file_name().to_string_lossy().into_owned();
+            let Some(stem) = name.strip_suffix(".range") else {
+                continue;
+            };
+            let len: u64 = stem.rsplit('-').next().unwrap().parse().unwrap();
+            let raw = std::fs::read(f.path()).unwrap();
+            assert_eq!(&raw[..8], b"LKRANGE1", "{name}");
+            let version_len = u32::from_le_bytes(raw[16..20].try_into().unwrap()) as u64;
+            assert_eq!(raw.len() as u64, 36 + version_len + len, "{name} is whole");
+            total += raw.len() as u64;
+        }
+    }
+    total
+}
+
+/// A lake, its table statement and a scan reading every column of it, with the rows the
+/// scan must return.
+async fn shared_tier_lake(b: &Backend) -> (String, &'static str, String) {
+    // Few files of many row groups: the requests are mostly ranges of data, which the
+    // processes share, rather than listings and HEADs, which each process makes.
+    let spec = LakeSpec {
+        files: 4,
+        rows_per_file: 60_000,
+        row_group_rows: 2_000,
+        seed: 42,
+    };
+    b.write(&spec).await;
+    // Answers that do not depend on the order rows arrive in (no floating-point sums).
+    let sql = "SELECT category, count(*), sum(id), min(name), max(value) FROM t \
+               GROUP BY category ORDER BY category";
+    let out = lakecache_on(b, &["-q", "-c", &create(b), "-c", sql]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (create(b), sql, text(&out.stdout))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_sharing_a_disk_tier_download_each_range_once() {
+    let Some(b) = common::s3_backend("cli_shared_tier") else {
+        return;
+    };
+    let target = datafusion_lakecache::testkit::s3_server_addr().expect("the S3 server");
+    let proxy = datafusion_lakecache::testkit::FaultProxy::start(target, 1)
+        .await
+        .unwrap();
+    let endpoint = proxy.endpoint();
+    let (create, sql, want) = shared_tier_lake(&b).await;
+    // One process, cold, with a tier of its own: the requests a scan costs.
+    let run = |dir: &FsPath| {
+        let disk = format!("lakecache.range.disk_dir={}", dir.display());
+        spawn_via(&endpoint, &["-q", "--set", &disk, "-c", &create, "-c", sql])
+    };
+    let alone = tempfile::tempdir().unwrap();
+    let before = proxy.counts().relayed;
+    let out = outputs(vec![run(alone.path())]).await;
+    assert!(out[0].status.success(), "{}", text(&out[0].stderr));
+    let one = proxy.counts().relayed - before;
+    // Four processes at once over one directory, cold: about one process's requests.
+    let shared = tempfile::tempdir().unwrap();
+    let before = proxy.counts().relayed;
+    let four = outputs((0..4).map(|_| run(shared.path())).collect()).await;
+    let requests = proxy.counts().relayed - before;
+    for out in &four {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), want, "every row right");
+    }
+    common::report(
+        "processes_sharing_a_disk_tier",
+        &format!("one process {one} requests, four at once {requests}"),
+    );
+    assert!(
+        requests as f64 <= 1.2 * one as f64,
+        "four processes sent {requests} requests, one alone {one}"
+    );
+    // A fifth, later, reads every byte from the directory the four filled.
+    let disk = format!("lakecache.range.disk_dir={}", shared.path().display());
+    let fifth = spawn_via(&endpoint, &["--set", &disk, "-c", &create, "-c", sql]);
+    let out = outputs(vec![fifth]).await;
+    let stderr = text(&out[0].stderr);
+    let from_store: u64 = summaries(&stderr).iter().map(|l| figure(l, "store")).sum();
+    assert_eq!(from_store, 0, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_keep_a_shared_tier_within_its_capacity_and_a_killed_one_blocks_none() {
+    let Some(b) = common::s3_backend("cli_shared_tier_kill") else {
+        return;
+    };
+    let target = datafusion_lakecache::testkit::s3_server_addr().expect("the S3 server");
+    let proxy = datafusion_lakecache::testkit::FaultProxy::start(target, 7)
+        .await
+        .unwrap();
+    let endpoint = proxy.endpoint();
+    let (create, sql, want) = shared_tier_lake(&b).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest capacity there is, below what the scan reads.
+    let capacity = 1 << 20;
+    let disk = format!("lakecache.range.disk_dir={}", dir.path().display());
+    let bound = format!("lakecache.range.disk_capacity={capacity}");
+    let args = [
+        "-q", "--set", &disk, "--set", &bound, "-c", &create, "-c", sql,
+    ];
+    // A process whose requests stall (its claims held, its writes pending) is killed.
+    proxy.set(datafusion_lakecache::testkit::Faults {
+        stall: 0.5,
+        stall_for: std::time::Duration::from_secs(120),
+        ..Default::default()
+    });
+    let mut stalled = spawn_via(&endpoint, &args);
+    while proxy.counts().stalled < 2 && stalled.try_wait().unwrap().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    stalled.kill().expect("SIGKILL");
+    let _ = stalled.wait();
+    proxy.set(datafusion_lakecache::testkit::Faults::none());
+    // The others run twice (cold, then over what they all wrote): every row right, and what
+    // is on disk within the capacity after every round.
+    for _ in 0..2 {
+        let outs = outputs((0..4).map(|_| spawn_via(&endpoint, &args)).collect()).await;
+        for out in &outs {
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert_eq!(text(&out.stdout), want, "every row right");
+        }
+        let on_disk = tier_bytes(dir.path());
+        assert!(on_disk <= capacity, "{on_disk} bytes on disk");
+    }
+}

@@ -41,7 +41,7 @@ use crate::config::RangeConfig;
 use crate::metrics::Source;
 use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
 use crate::stats::{CacheCounters, CacheStats, RangeStats, settle};
-use disk::DiskTier;
+use disk::{Claim, DiskTier};
 use flights::Flights;
 use spans::{Inserted, Spans};
 
@@ -303,11 +303,13 @@ impl RangeCache {
         }
     }
 
-    /// Drops every range of one object, in every version.
+    /// Drops every range of one object, in every version. Its files on disk are deleted on a
+    /// blocking thread: they are keyed by version, so until then they are only space.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
         self.drop_versions(id, |_| true);
         if let Some(disk) = &self.inner.disk {
-            disk.invalidate(id);
+            let (disk, id) = (Arc::clone(disk), id.clone());
+            blocking(move || disk.invalidate(&id));
         }
     }
 
@@ -321,7 +323,8 @@ impl RangeCache {
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
         self.drop_versions(version.id(), |o| o == version);
         if let Some(disk) = &self.inner.disk {
-            disk.invalidate_version(version);
+            let (disk, version) = (Arc::clone(disk), version.clone());
+            blocking(move || disk.invalidate_version(&version));
         }
     }
 
@@ -418,12 +421,14 @@ impl RangeCache {
     }
 
     /// Keeps `bytes`, the range of `object` starting at `start`, in memory and (if there is
-    /// one) on disk. The bytes must be of that version: read under its guard.
-    fn insert(&self, object: &ObjectVersion, start: u64, bytes: Bytes) {
+    /// one) on disk. The bytes must be of that version: read under its guard. `claim`, the
+    /// claim of the download that brought them, is released once they are on disk (or not
+    /// written), so that a process waiting for it finds them there.
+    fn insert(&self, object: &ObjectVersion, start: u64, bytes: Bytes, claim: Option<Arc<Claim>>) {
         if !self.applies(object) || bytes.is_empty() {
             return;
         }
-        self.write_disk(object, start, &bytes);
+        self.write_disk(object, start, &bytes, claim);
         self.insert_memory(object, start, bytes);
     }
 
@@ -472,7 +477,13 @@ impl RangeCache {
         }
     }
 
-    fn write_disk(&self, object: &ObjectVersion, start: u64, bytes: &Bytes) {
+    fn write_disk(
+        &self,
+        object: &ObjectVersion,
+        start: u64,
+        bytes: &Bytes,
+        claim: Option<Arc<Claim>>,
+    ) {
         let Some(disk) = self.disk_for(object) else {
             return;
         };
@@ -493,16 +504,21 @@ impl RangeCache {
         }
         let (disk, object, bytes) = (Arc::clone(disk), object.clone(), bytes.clone());
         let inner = Arc::clone(&self.inner);
-        let write = move || {
+        blocking(move || {
             disk.write(&object, start, &bytes);
+            drop(claim);
             inner.written(len);
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(write);
-            }
-            Err(_) => write(),
+        });
+    }
+}
+
+/// Runs `work` on a blocking thread of the runtime, if there is one, else here.
+fn blocking(work: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(work);
         }
+        Err(_) => work(),
     }
 }
 

@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use object_store::OBJECT_STORE_COALESCE_DEFAULT;
 
+use super::disk::Claim as DiskClaim;
 use super::flights::Claim;
 use super::spans::Piece;
 use super::{PROMOTE_ONE_IN, RangeCache, RangeKey, forget_span};
@@ -217,53 +218,38 @@ impl RangeCache {
     }
 
     /// Fills the pieces memory lacked from the disk tier, and brings what it read into memory.
+    /// Looked up and read on one blocking thread: what this process knows of the disk is
+    /// checked first, and the object's directory listed again if that leaves gaps.
     async fn look_on_disk(&self, object: &ObjectVersion, parts: &mut [Vec<Part>]) {
         let Some(disk) = self.disk_for(object) else {
             return;
         };
-        if parts.iter().flatten().all(|p| p.found.is_some()) {
-            return;
-        }
         let gaps: Vec<Range<u64>> = parts
             .iter()
             .flatten()
             .filter(|p| p.found.is_none())
             .map(|p| p.range.clone())
             .collect();
-        let Some(covered) = disk.cover(object, &gaps) else {
-            return;
-        };
-        // Split each gap by what the disk holds (`covered` is in the order of `gaps`).
-        let mut covered = covered.into_iter();
-        let mut wanted: Vec<Range<u64>> = Vec::new();
-        split_missing(parts, |_| {
-            let mut split = Vec::new();
-            for (piece, entry) in covered.next().unwrap_or_default() {
-                if let Some(entry) = &entry
-                    && !wanted.contains(entry)
-                {
-                    wanted.push(entry.clone());
-                }
-                // Marked with the entry's start; filled below once it is read.
-                split.push(Part {
-                    range: piece,
-                    found: entry.map(|e| (Bytes::new(), e.start, Source::Disk)),
-                });
-            }
-            split
-        });
-        if wanted.is_empty() {
+        if gaps.is_empty() {
             return;
         }
         let (tier, version) = (Arc::clone(disk), object.clone());
-        let read = tokio::task::spawn_blocking(move || {
-            wanted
-                .into_iter()
-                .map(|entry| (entry.start, tier.read(&version, entry)))
-                .collect::<HashMap<u64, Option<Bytes>>>()
+        let found = tokio::task::spawn_blocking(move || {
+            let covered = tier.cover(&version, &gaps)?;
+            let mut read: HashMap<u64, Option<Bytes>> = HashMap::new();
+            for (_, entry) in covered.iter().flatten() {
+                if let Some(entry) = entry
+                    && !read.contains_key(&entry.start)
+                {
+                    read.insert(entry.start, tier.read(&version, entry.clone()));
+                }
+            }
+            Some((covered, read))
         })
-        .await
-        .unwrap_or_default();
+        .await;
+        let Ok(Some((covered, read))) = found else {
+            return;
+        };
         for (&start, bytes) in &read {
             if let Some(bytes) = bytes
                 && self.promotes(bytes.len() as u64)
@@ -271,14 +257,25 @@ impl RangeCache {
                 self.insert_memory(object, start, bytes.clone());
             }
         }
-        for part in parts.iter_mut().flatten() {
-            if let Some((_, start, Source::Disk)) = &part.found {
-                part.found = match read.get(start) {
-                    Some(Some(bytes)) => Some((bytes.clone(), *start, Source::Disk)),
-                    _ => None,
-                };
-            }
-        }
+        // Split each gap by what the disk held (`covered` is in the order of the gaps).
+        let mut covered = covered.into_iter();
+        split_missing(parts, |_| {
+            covered
+                .next()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(piece, entry)| {
+                    let found = entry.and_then(|e| {
+                        let bytes = read.get(&e.start)?.clone()?;
+                        Some((bytes, e.start, Source::Disk))
+                    });
+                    Part {
+                        range: piece,
+                        found,
+                    }
+                })
+                .collect()
+        });
     }
 
     /// Whether a range of `len` bytes read from disk is offered to the memory tier: always
@@ -344,10 +341,10 @@ impl RangeCache {
                     pieces.extend(held.map(|(r, b)| (r, b, Source::Memory)));
                 }
                 None => {
-                    let fetched = self.download(object, &own, claim, fetch).await?;
+                    let (fetched, source) = self.download(object, &own, claim, fetch).await?;
                     shown.saw(fetched.keep.as_ref());
                     let fetched = own.into_iter().zip(fetched.bytes);
-                    pieces.extend(fetched.map(|(r, b)| (r, b, Source::Store)));
+                    pieces.extend(fetched.map(|(r, b)| (r, b, source)));
                 }
             }
         }
@@ -364,7 +361,7 @@ impl RangeCache {
         }
         if !failed.is_empty() {
             let fetched = self.fetch_checked(object, &failed, fetch).await?;
-            self.keep(&failed, &fetched);
+            self.keep(&failed, &fetched, None);
             shown.saw(fetched.keep.as_ref());
             let fetched = failed.into_iter().zip(fetched.bytes);
             pieces.extend(fetched.map(|(r, b)| (r, b, Source::Store)));
@@ -388,25 +385,41 @@ impl RangeCache {
     /// Downloads `own`, the ranges this read claimed as flights, on a task of its own: the
     /// bytes land for whoever joined, and are kept, however this read is polled. If this read
     /// goes away (its query was cancelled or stopped polling for good), the download goes on
-    /// while others wait for it, and is aborted when nobody does.
+    /// while others wait for it, and is aborted when nobody does. With a disk tier, the
+    /// ranges are first claimed against the other processes sharing it: if one of them was
+    /// downloading them, this waits for its download; bytes on disk once claimed are read
+    /// from there.
+    /// Returns the bytes and where they came from.
     async fn download(
         &self,
         object: &ObjectVersion,
         own: &[Range<u64>],
         claim: Claim,
         fetch: &Fetch<'_>,
-    ) -> object_store::Result<Fetched> {
+    ) -> object_store::Result<(Fetched, Source)> {
         let fetching = fetch(own.to_vec());
         let joiners = claim.watchers();
         let (cache, object, own) = (self.clone(), object.clone(), own.to_vec());
         let task = async move {
+            let mut shared = None;
+            if let Some(disk) = cache.disk_for(&object) {
+                // Looked for again once claimed, waited or not: another process may have
+                // written them between this read's lookup and its claim.
+                let (held, _) = disk.claim(&object, &own).await;
+                if let Some(bytes) = cache.read_from_disk(&object, &own).await {
+                    claim.land(&bytes, Some(&object));
+                    let keep = Some(object);
+                    return Ok((Fetched { bytes, keep }, Source::Disk));
+                }
+                shared = Some(Arc::new(held));
+            }
             // On an error, `claim` is dropped: its flights close, and their joiners fetch.
             let fetched = check(&object, &own, fetching.await?)?;
             // Kept before the flights land and leave the air, so a read that finds no
             // flight for these bytes finds them kept (see `fetch_gaps`).
-            cache.keep(&own, &fetched);
+            cache.keep(&own, &fetched, shared);
             claim.land(&fetched.bytes, fetched.keep.as_ref());
-            Ok(fetched)
+            Ok((fetched, Source::Store))
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return task.await;
@@ -416,6 +429,21 @@ impl RangeCache {
             joiners,
         };
         running.finish().await
+    }
+
+    /// Every byte of `ranges` of `object`, if the disk tier holds them all now.
+    async fn read_from_disk(
+        &self,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+    ) -> Option<Vec<Bytes>> {
+        let mut parts: Vec<Vec<Part>> = ranges.iter().map(|r| vec![Part::gap(r.clone())]).collect();
+        self.look_on_disk(object, &mut parts).await;
+        ranges
+            .iter()
+            .zip(&parts)
+            .map(|(range, parts)| join(object, range, parts).ok())
+            .collect()
     }
 
     /// `fetch` of `requests`, checked to return one buffer of the right length per range.
@@ -428,11 +456,12 @@ impl RangeCache {
         check(object, requests, fetch(requests.to_vec()).await?)
     }
 
-    /// Keeps fetched bytes under the version the fetch named, if any.
-    fn keep(&self, ranges: &[Range<u64>], fetched: &Fetched) {
+    /// Keeps fetched bytes under the version the fetch named, if any; `claim` (the
+    /// download's claim against other processes) is released once they are on disk.
+    fn keep(&self, ranges: &[Range<u64>], fetched: &Fetched, claim: Option<Arc<DiskClaim>>) {
         if let Some(keep) = &fetched.keep {
             for (range, bytes) in ranges.iter().zip(&fetched.bytes) {
-                self.insert(keep, range.start, bytes.clone());
+                self.insert(keep, range.start, bytes.clone(), claim.clone());
             }
         }
     }
@@ -465,12 +494,12 @@ fn check(
 
 /// A download running on its own task, and who else waits for its flights.
 struct Running {
-    task: tokio::task::JoinHandle<object_store::Result<Fetched>>,
+    task: tokio::task::JoinHandle<object_store::Result<(Fetched, Source)>>,
     joiners: super::flights::Watchers,
 }
 
 impl Running {
-    async fn finish(mut self) -> object_store::Result<Fetched> {
+    async fn finish(mut self) -> object_store::Result<(Fetched, Source)> {
         let joined = (&mut self.task).await;
         joined.unwrap_or_else(|e| {
             Err(object_store::Error::Generic {

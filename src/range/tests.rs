@@ -606,7 +606,7 @@ async fn a_flush_wakes_when_a_skipped_write_takes_the_last_pending_bytes_off() {
     let inner = Arc::clone(&cache.inner);
     *cache.inner.between_skip_steps.lock().unwrap() =
         Some(Box::new(move || inner.written(in_progress)));
-    cache.insert(&version("1"), 0, Bytes::from_static(b"skipped"));
+    cache.insert(&version("1"), 0, Bytes::from_static(b"skipped"), None);
     assert_eq!(cache.stats().disk_skipped, 1);
     tokio::time::timeout(std::time::Duration::from_secs(10), flush)
         .await

@@ -1,100 +1,53 @@
 //! [`DiskTier`]: ranges kept as files in a local directory, so a new process (or a memory
-//! tier that let them go) reads them without a request. Which ranges it holds, their
-//! eviction order (least recently used first) and its byte bound live here; the files
-//! themselves, and what the tier may touch on disk, in `files.rs`.
+//! tier that let them go) reads them without a request, and every process of the host that
+//! opens the same directory reads what the others wrote.
+//!
+//! The directory is the index: an object's entries are the files of its directory
+//! (`files.rs`), listed when a read finds no entry this process knows of, so a range another
+//! process wrote is found without any message between them. What a process keeps in memory
+//! is a bounded view of those listings. The directory's size is counted in a ledger all
+//! processes share (`ledger.rs`); a write that would take it past the capacity first walks
+//! the directory and deletes the least recently used entries (by file time, which reads
+//! update), whoever wrote them, down to nine tenths of it. Downloads of ranges no process
+//! holds are claimed (`claims.rs`), so that processes missing the same bytes at once wait
+//! for one download instead of each making their own.
+//!
+//! Readers take no lock shared with writers or walks: a reader whose entry was deleted
+//! meanwhile finds its file missing (a miss), and an entry's bytes are checked against the
+//! version they are read for.
 
+mod claims;
 mod files;
+mod ledger;
 
-use std::collections::{BTreeMap, HashMap};
+pub(crate) use claims::Claim;
+
+use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
-use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use twox_hash::XxHash64;
 
 use super::spans::{Inserted, Piece, Spans};
 use crate::object::{ObjectId, ObjectVersion};
+use claims::Claims;
 use files::{EntryId, EntryRead, TierDir, decode, encode, encoded_len};
+use ledger::{Ledger, Usage};
 
-#[derive(Debug)]
-struct Entry {
-    end: u64,
-    /// Bytes on disk, header included.
-    file_bytes: u64,
-    /// Position in the eviction order; larger was used more recently.
-    seq: u64,
-}
+/// Object versions whose entries a process keeps in its view; past this, the view forgets
+/// one for each new one (a forgotten one costs a listing of its directory when next read).
+const VIEW_VERSIONS: usize = 1 << 16;
+/// How long a download waits for another process's claim of the same bytes before making
+/// its own request: a holder that died released its claim at once, so this bounds only a
+/// live holder's slow download.
+const CLAIM_WAIT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Default)]
-struct State {
-    /// Held ranges per (object hash, version hash).
-    spans: HashMap<(u64, u64), Spans>,
-    /// Ordered by object, then version, then start: the entries of one object (or version)
-    /// are one range of it, so forgetting an object does not look at every entry.
-    entries: BTreeMap<EntryId, Entry>,
-    /// Least recently used first.
-    order: BTreeMap<u64, EntryId>,
-    /// Entries per object hash, whatever the version.
-    per_object: HashMap<u64, usize>,
-    next_seq: u64,
-    bytes: u64,
-    /// Files of entries forgotten under the lock, deleted once it is released (by
-    /// [`Locked`]'s drop), so that no reader waits for the file system's deletions.
-    doomed: Vec<(EntryId, u64)>,
-}
-
-/// The tier's state, locked. Dropping it releases the lock, then deletes the files of the
-/// entries forgotten meanwhile: a read that looks for one of them now finds it missing
-/// (a miss), never other bytes, since a file's name holds its version's hash and its
-/// contents are checked.
-struct Locked<'a> {
-    tier: &'a DiskTier,
-    guard: Option<MutexGuard<'a, State>>,
-}
-
-impl Deref for Locked<'_> {
-    type Target = State;
-    fn deref(&self) -> &State {
-        self.guard.as_ref().expect("held until dropped")
-    }
-}
-
-impl DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        self.guard.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        let Some(mut guard) = self.guard.take() else {
-            return;
-        };
-        let doomed = std::mem::take(&mut guard.doomed);
-        if doomed.is_empty() {
-            return;
-        }
-        let emptied: Vec<EntryId> = doomed
-            .iter()
-            .filter(|(id, _)| !guard.per_object.contains_key(&id.object))
-            .map(|(id, _)| *id)
-            .collect();
-        drop(guard);
-        for (id, len) in doomed {
-            self.tier.dir.remove(id, len);
-        }
-        // Only an empty directory is removed: one a write has put a file into since stays.
-        for id in emptied {
-            self.tier.dir.remove_object_dir(id);
-        }
-    }
-}
-
-/// Figures of the disk tier.
+/// Figures of the disk tier, this process's.
 #[derive(Debug, Default)]
 pub(crate) struct DiskCounters {
     pub(crate) hits: AtomicU64,
@@ -104,14 +57,22 @@ pub(crate) struct DiskCounters {
     pub(crate) evictions: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) corrupt: AtomicU64,
+    /// Downloads that waited for another process's claim.
+    pub(crate) claims_waited: AtomicU64,
+    /// Walks of the directory (to evict, or to count an uncounted one).
+    pub(crate) walks: AtomicU64,
 }
 
-/// Ranges on local disk, bounded in bytes (least recently used go first).
+/// Ranges on local disk, bounded in bytes (least recently used go first), shared by the
+/// processes of the host that open the same directory.
 #[derive(Debug)]
 pub(crate) struct DiskTier {
     dir: TierDir,
+    ledger: Ledger,
+    claims: Claims,
     capacity: u64,
-    state: Mutex<State>,
+    /// Held ranges per (object hash, version hash), as last listed or written by this process.
+    view: Mutex<HashMap<(u64, u64), Spans>>,
     pub(crate) counters: DiskCounters,
 }
 
@@ -130,7 +91,7 @@ fn ids(object: &ObjectVersion) -> (u64, u64) {
 impl DiskTier {
     /// The tier below `dir`: the one this process has open there already (every `LakeCache`
     /// of a process on one directory shares it; they must agree on its capacity), else
-    /// opened now. Another process's tier on the same directory is refused.
+    /// opened now.
     pub(crate) fn shared(dir: &Path, capacity: u64) -> io::Result<Arc<Self>> {
         static OPEN: Mutex<Vec<(PathBuf, Weak<DiskTier>)>> = Mutex::new(Vec::new());
         let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
@@ -156,175 +117,165 @@ impl DiskTier {
         Ok(tier)
     }
 
-    /// Opens (creating if needed) the tier below `dir`, indexing the entries a previous
-    /// process left there and trimming them to `capacity`.
+    /// Opens (creating if needed) the tier below `dir`. Reads nothing but its ledger: the
+    /// entries are found when read, however many there are.
     pub(crate) fn open(dir: &Path, capacity: u64) -> io::Result<Self> {
         let dir = TierDir::open(dir)?;
-        let mut found = dir.scan()?;
-        // Oldest first, so the order of the previous process is kept as well as it can be.
-        found.sort_by_key(|f| f.used);
-        let tier = Self {
-            dir,
-            capacity,
-            state: Mutex::new(State::default()),
-            counters: DiskCounters::default(),
-        };
-        {
-            let mut state = tier.lock();
-            for f in found {
-                // Names are checked to have `start + len` in range. A file another one holds
-                // (left by a process that stopped before deleting it) goes.
-                if !tier.index(&mut state, f.id, f.id.start + f.len, f.file_bytes) {
-                    tier.dir.remove(f.id, f.len);
-                }
-            }
-            tier.trim(&mut state);
+        let ledger = Ledger::open(&dir)?;
+        let claims = Claims::new(dir.own_file("CLAIMS")?);
+        let usage = ledger.peek();
+        if usage.counted {
             log::info!(
                 "range cache: disk tier at {} opened with {} entries ({} bytes)",
-                tier.dir.root().display(),
-                state.entries.len(),
-                state.bytes
+                dir.root().display(),
+                usage.entries,
+                usage.bytes
+            );
+        } else {
+            log::info!(
+                "range cache: disk tier at {} opened; its size is counted at its first write",
+                dir.root().display()
             );
         }
-        Ok(tier)
+        Ok(Self {
+            dir,
+            ledger,
+            claims,
+            capacity,
+            view: Mutex::default(),
+            counters: DiskCounters::default(),
+        })
     }
 
-    fn lock(&self) -> Locked<'_> {
-        Locked {
-            tier: self,
-            guard: Some(self.state.lock().unwrap_or_else(|e| e.into_inner())),
-        }
+    fn view(&self) -> MutexGuard<'_, HashMap<(u64, u64), Spans>> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Indexes the entry file of `id`, holding bytes up to `end`. Returns `false` (indexing
-    /// nothing) if an entry holds those bytes already; entries it holds are deleted.
-    fn index(&self, state: &mut State, id: EntryId, end: u64, file_bytes: u64) -> bool {
-        if let Some(old) = state.entries.get(&id) {
-            let old_end = old.end;
-            if old_end >= end {
-                return false;
-            }
-            // A longer range at the same start has another file: the shorter one goes.
-            self.drop_entry(state, id);
-        }
-        let key = (id.object, id.version);
-        let inside = match state.spans.entry(key).or_default().insert(id.start..end) {
-            Inserted::Covered => return false,
-            Inserted::Replacing(inside) => inside,
-        };
-        for r in inside {
-            self.drop_entry(
-                state,
-                EntryId {
-                    start: r.start,
-                    ..id
-                },
-            );
-        }
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        state.order.insert(seq, id);
-        state.bytes += file_bytes;
-        *state.per_object.entry(id.object).or_default() += 1;
-        state.entries.insert(
-            id,
-            Entry {
-                end,
-                file_bytes,
-                seq,
-            },
-        );
-        true
-    }
-
-    /// Forgets an entry; its file, and its object's directory once it holds no entry, are
-    /// deleted when the lock is released (so what is on disk stays what is counted).
-    fn drop_entry(&self, state: &mut State, id: EntryId) {
-        if let Some(entry) = self.forget(state, id) {
-            state.doomed.push((id, entry.end - id.start));
-        }
-    }
-
-    /// Forgets an entry, leaving its file.
-    fn forget(&self, state: &mut State, id: EntryId) -> Option<Entry> {
-        let entry = state.entries.remove(&id)?;
-        state.order.remove(&entry.seq);
-        state.bytes -= entry.file_bytes;
-        if let Some(n) = state.per_object.get_mut(&id.object) {
-            *n -= 1;
-            if *n == 0 {
-                state.per_object.remove(&id.object);
+    /// The ranges of version `(object, version)` on disk now, listed from its object's
+    /// directory, and kept in the view.
+    fn refresh(&self, key: (u64, u64)) -> Spans {
+        let mut spans = Spans::default();
+        for (id, len) in self.dir.entries_of(key.0) {
+            if id.version == key.1 {
+                spans.insert(id.start..id.start + len);
             }
         }
-        let key = (id.object, id.version);
-        if let Some(spans) = state.spans.get_mut(&key) {
-            spans.remove(&(id.start..entry.end));
+        let mut view = self.view();
+        if spans.is_empty() {
+            view.remove(&key);
+        } else {
+            if view.len() >= VIEW_VERSIONS && !view.contains_key(&key) {
+                let any = view.keys().next().copied();
+                if let Some(any) = any {
+                    view.remove(&any);
+                }
+            }
+            view.insert(key, spans.clone());
+        }
+        spans
+    }
+
+    /// Forgets `range` of `key` in the view (its file is gone).
+    fn forget(&self, key: (u64, u64), range: &Range<u64>) {
+        let mut view = self.view();
+        if let Some(spans) = view.get_mut(&key) {
+            spans.remove(range);
             if spans.is_empty() {
-                state.spans.remove(&key);
+                view.remove(&key);
             }
         }
-        Some(entry)
     }
 
     /// Whether any version of object `id` has entries.
     pub(crate) fn holds(&self, id: &ObjectId) -> bool {
-        self.lock().per_object.contains_key(&object_hash(id))
-    }
-
-    fn trim(&self, state: &mut State) {
-        while state.bytes > self.capacity {
-            let Some((_, &id)) = state.order.first_key_value() else {
-                break;
-            };
-            self.drop_entry(state, id);
-            self.counters.evictions.fetch_add(1, Relaxed);
-        }
+        self.dir.has_object(object_hash(id))
     }
 
     /// The ranges of `object` on disk.
     #[cfg(test)]
     fn spans(&self, object: &ObjectVersion) -> Option<Spans> {
-        self.lock().spans.get(&ids(object)).cloned()
+        Some(self.refresh(ids(object))).filter(|s| !s.is_empty())
     }
 
     /// Each of `ranges` cut into pieces held on disk and gaps ([`Spans::cover`]); `None` if
-    /// the disk holds nothing of `object`. Worked out under the lock, without copying the
-    /// object's spans.
+    /// the disk holds nothing of `object`. What this process knows of first; if that leaves
+    /// gaps, the object's directory is listed again (another process may have written
+    /// them). Blocking: call from a blocking thread.
     pub(crate) fn cover(
         &self,
         object: &ObjectVersion,
         ranges: &[Range<u64>],
     ) -> Option<Vec<Vec<Piece>>> {
-        let state = self.lock();
-        let held = state.spans.get(&ids(object))?;
-        Some(ranges.iter().map(|r| held.cover(r.clone())).collect())
+        let key = ids(object);
+        let known: Option<Vec<Vec<Piece>>> = {
+            let view = self.view();
+            view.get(&key)
+                .map(|held| ranges.iter().map(|r| held.cover(r.clone())).collect())
+        };
+        let whole = |c: &Vec<Vec<Piece>>| c.iter().flatten().all(|(_, e)| e.is_some());
+        if let Some(known) = known.filter(whole) {
+            return Some(known);
+        }
+        let held = self.refresh(key);
+        (!held.is_empty()).then(|| ranges.iter().map(|r| held.cover(r.clone())).collect())
     }
 
-    /// The bytes of `object` on disk (headers not included).
+    /// The bytes of `object` on disk (headers not included). Blocking.
     pub(crate) fn bytes_of(&self, object: &ObjectVersion) -> u64 {
-        self.lock().spans.get(&ids(object)).map_or(0, Spans::bytes)
+        self.refresh(ids(object)).bytes()
     }
 
-    /// Entries and bytes (headers included) on disk.
+    /// Entries and bytes (headers included) on disk, as the processes sharing the tier count
+    /// them.
     pub(crate) fn size(&self) -> (u64, u64) {
-        let state = self.lock();
-        (state.entries.len() as u64, state.bytes)
+        let usage = self.ledger.peek();
+        (usage.entries, usage.bytes)
     }
 
     pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
+    /// Claims `ranges` of `object` for a download, waiting (up to [`CLAIM_WAIT`] for each)
+    /// while another process holds a claim on any of them. Returns the claim, released when
+    /// dropped, and whether it waited (for the figures).
+    pub(crate) async fn claim(
+        &self,
+        object: &ObjectVersion,
+        ranges: &[Range<u64>],
+    ) -> (Claim, bool) {
+        let (o, v) = ids(object);
+        let slot = o.rotate_left(32) ^ v;
+        let mut claim = self.claims.start();
+        let mut waited = false;
+        for range in ranges {
+            let deadline = Instant::now() + CLAIM_WAIT;
+            let mut pause = Duration::from_millis(2);
+            // An error (a file system without these locks): no claim, no wait.
+            while let Ok(false) = claim.try_add(slot, range) {
+                waited = true;
+                if Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+        }
+        if waited {
+            self.counters.claims_waited.fetch_add(1, Relaxed);
+        }
+        (claim, waited)
+    }
+
     /// Reads the entry holding `held` of `object`, checking it names the same version and
     /// that its bytes match their checksum. A bad entry is deleted and counted, and reads as
-    /// `None`, like a missing one; so does an entry replaced (by a longer range at the same
-    /// start) or deleted since `held` was looked up, which is left as it is now. Blocking:
+    /// `None`, like a missing one (evicted or replaced since `held` was looked up). Blocking:
     /// call from a blocking thread.
     pub(crate) fn read(&self, object: &ObjectVersion, held: Range<u64>) -> Option<Bytes> {
-        let (o, v) = ids(object);
+        let key = ids(object);
         let id = EntryId {
-            object: o,
-            version: v,
+            object: key.0,
+            version: key.1,
             start: held.start,
         };
         let version = object.canonical();
@@ -339,125 +290,188 @@ impl DiskTier {
             EntryRead::Missing => (None, false),
             EntryRead::Bad => (None, true),
         };
-        let mut guard = self.lock();
-        let state = &mut *guard;
-        // Whether the entry is still the one read: not replaced meanwhile.
-        let same = state.entries.get(&id).is_some_and(|e| e.end == held.end);
-        match checked {
-            Some(bytes) => {
-                if let Some(entry) = state.entries.get_mut(&id) {
-                    let seq = state.next_seq;
-                    state.order.remove(&entry.seq);
-                    entry.seq = seq;
-                    state.order.insert(seq, id);
-                    state.next_seq += 1;
-                }
-                self.counters.hits.fetch_add(1, Relaxed);
-                Some(bytes)
-            }
-            None => {
-                if same && bad {
-                    // Deleted below, so each bad file is reported once.
-                    log::warn!(
-                        "range cache: an entry for {} in {} failed its checks (torn write, \
-                         bit flip or another version); deleted, the bytes are read again",
-                        object.path(),
-                        self.dir.root().display()
-                    );
-                    self.counters.corrupt.fetch_add(1, Relaxed);
-                    self.drop_entry(state, id);
-                } else if same && !self.dir.exists(id, len) {
-                    // Its file was deleted behind the tier's back (checked under the lock: a
-                    // write of the same range may have put it back meanwhile): forget it.
-                    self.forget(state, id);
-                }
-                self.counters.misses.fetch_add(1, Relaxed);
-                None
+        if let Some(bytes) = checked {
+            self.counters.hits.fetch_add(1, Relaxed);
+            return Some(bytes);
+        }
+        if bad {
+            log::warn!(
+                "range cache: an entry for {} in {} failed its checks (torn write, bit flip \
+                 or another version); deleted, the bytes are read again",
+                object.path(),
+                self.dir.root().display()
+            );
+            self.counters.corrupt.fetch_add(1, Relaxed);
+            // Not waiting for a walk: if the ledger is busy, the next write of this range
+            // replaces the file.
+            if let Some(mut ledger) = self.ledger.try_lock()
+                && let Some(bytes) = self.dir.remove(id, len)
+            {
+                ledger.removed(bytes);
+                ledger.save();
             }
         }
+        self.forget(key, &held);
+        self.counters.misses.fetch_add(1, Relaxed);
+        None
     }
 
     /// Writes `bytes`, the range of `object` starting at `start`, unless an entry there holds
-    /// at least as much. Blocking: call from a blocking thread.
+    /// at least as much; deletes the entries it holds. Blocking: call from a blocking thread.
     pub(crate) fn write(&self, object: &ObjectVersion, start: u64, bytes: &Bytes) {
-        let (o, v) = ids(object);
+        let key = ids(object);
         let id = EntryId {
-            object: o,
-            version: v,
+            object: key.0,
+            version: key.1,
             start,
         };
         let end = start + bytes.len() as u64;
-        let held = |state: &State| {
-            let spans = state.spans.get(&(o, v));
-            spans.is_some_and(|s| s.holds(&(start..end)))
-        };
-        if held(&self.lock()) {
+        if self.refresh(key).holds(&(start..end)) {
             return;
         }
         let encoded = encode(&object.canonical(), start, bytes);
-        if let Err(e) = self.dir.write(id, bytes.len() as u64, &encoded) {
-            log::warn!(
-                "range cache: writing a range to {} failed ({e}); it stays in memory only",
-                self.dir.root().display()
-            );
-            self.counters.write_errors.fetch_add(1, Relaxed);
-            return;
-        }
-        self.counters.writes.fetch_add(1, Relaxed);
-        let mut state = self.lock();
-        if !self.index(&mut state, id, end, encoded.len() as u64) {
-            // Another write kept a range holding this one meanwhile; unless it is this very
-            // range (whose file this write just replaced with the same bytes), this file goes.
-            let same_file = state.entries.get(&id).is_some_and(|e| e.end == end);
-            if !same_file {
-                state.doomed.push((id, bytes.len() as u64));
+        let placed = self.dir.write_temp(&encoded).and_then(|temp| {
+            let mut ledger = self.ledger.lock()?;
+            let n = temp.bytes;
+            if !ledger.usage.counted || ledger.usage.bytes + n > self.capacity {
+                self.walk(&mut ledger, n);
+            }
+            if ledger.usage.bytes + n > self.capacity {
+                // Nothing more to evict (the rest is being written): not kept on disk.
+                return Ok(false);
+            }
+            // Counted before it is in place: a process killed between the two leaves the
+            // ledger high, never low.
+            ledger.placed(n, None);
+            ledger.save();
+            let replaced = self.dir.place(temp, id, bytes.len() as u64);
+            match replaced {
+                Ok(Some(old)) => ledger.removed(old),
+                Ok(None) => {}
+                Err(e) => {
+                    ledger.removed(n);
+                    ledger.save();
+                    return Err(e);
+                }
+            }
+            // The entries this one holds are no longer needed.
+            let inside = {
+                let mut view = self.view();
+                match view.entry(key).or_default().insert(start..end) {
+                    Inserted::Covered => Vec::new(),
+                    Inserted::Replacing(inside) => inside,
+                }
+            };
+            for r in inside.into_iter().filter(|r| *r != (start..end)) {
+                let old = EntryId {
+                    start: r.start,
+                    ..id
+                };
+                if let Some(bytes) = self.dir.remove(old, r.end - r.start) {
+                    ledger.removed(bytes);
+                }
+            }
+            ledger.save();
+            Ok(true)
+        });
+        match placed {
+            Ok(true) => {
+                self.counters.writes.fetch_add(1, Relaxed);
+            }
+            Ok(false) => {}
+            Err(e) => {
+                log::warn!(
+                    "range cache: writing a range to {} failed ({e}); it stays in memory only",
+                    self.dir.root().display()
+                );
+                self.counters.write_errors.fetch_add(1, Relaxed);
             }
         }
-        self.trim(&mut state);
     }
 
-    /// Deletes every entry of one object, in every version.
+    /// Walks the directory under the ledger's lock: recounts it, removes abandoned temporary
+    /// files and, if `incoming` more bytes would take it past the capacity, deletes the least
+    /// recently used entries down to nine tenths of it (less `incoming`).
+    fn walk(&self, ledger: &mut ledger::Locked<'_>, incoming: u64) {
+        self.counters.walks.fetch_add(1, Relaxed);
+        self.dir.sweep_temps();
+        let Ok(mut found) = self.dir.walk() else {
+            return;
+        };
+        let mut bytes: u64 = found.iter().map(|f| f.file_bytes).sum();
+        let mut entries = found.len() as u64;
+        if bytes + incoming > self.capacity {
+            let target = (self.capacity - self.capacity / 10).saturating_sub(incoming);
+            found.sort_by_key(|f| (f.used, f.id));
+            for f in found {
+                if bytes <= target {
+                    break;
+                }
+                if let Some(removed) = self.dir.remove(f.id, f.len) {
+                    bytes = bytes.saturating_sub(removed);
+                    entries -= 1;
+                    self.counters.evictions.fetch_add(1, Relaxed);
+                    self.forget(
+                        (f.id.object, f.id.version),
+                        &(f.id.start..f.id.start + f.len),
+                    );
+                    // Only an empty directory goes.
+                    self.dir.remove_object_dir(f.id.object);
+                }
+            }
+        }
+        ledger.usage = Usage {
+            bytes,
+            entries,
+            counted: true,
+        };
+        ledger.save();
+    }
+
+    /// Deletes every entry of one object, in every version. Blocking.
     pub(crate) fn invalidate(&self, id: &ObjectId) {
-        let object = object_hash(id);
-        let (first, last) = ((0, 0), (u64::MAX, u64::MAX));
-        self.drop_between(EntryId::of(object, first), EntryId::of(object, last));
+        self.remove_where(object_hash(id), |_| true);
     }
 
-    /// Deletes every entry of one version of an object.
+    /// Deletes every entry of one version of an object. Blocking.
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
         let (object, v) = ids(version);
-        self.drop_between(
-            EntryId::of(object, (v, 0)),
-            EntryId::of(object, (v, u64::MAX)),
-        );
+        self.remove_where(object, |id| id.version == v);
     }
 
-    /// Deletes the entries from `first` to `last`, both included.
-    fn drop_between(&self, first: EntryId, last: EntryId) {
-        let mut state = self.lock();
-        let ids: Vec<EntryId> = state
-            .entries
-            .range(first..=last)
-            .map(|(id, _)| *id)
-            .collect();
-        self.counters
-            .invalidations
-            .fetch_add(ids.len() as u64, Relaxed);
-        for id in ids {
-            self.drop_entry(&mut state, id);
+    /// Deletes the entries of `object` that `which` picks.
+    fn remove_where(&self, object: u64, which: impl Fn(&EntryId) -> bool) {
+        self.view().retain(|k, _| k.0 != object);
+        let Ok(mut ledger) = self.ledger.lock() else {
+            return;
+        };
+        for (id, len) in self.dir.entries_of(object) {
+            if which(&id)
+                && let Some(bytes) = self.dir.remove(id, len)
+            {
+                ledger.removed(bytes);
+                self.counters.invalidations.fetch_add(1, Relaxed);
+            }
         }
+        ledger.save();
+        self.dir.remove_object_dir(object);
     }
 
-    /// Deletes every entry.
+    /// Deletes every entry. Blocking.
     pub(crate) fn clear(&self) {
-        let mut state = self.lock();
-        let ids: Vec<EntryId> = state.entries.keys().copied().collect();
-        self.counters
-            .invalidations
-            .fetch_add(ids.len() as u64, Relaxed);
-        for id in ids {
-            self.drop_entry(&mut state, id);
+        self.view().clear();
+        let Ok(mut ledger) = self.ledger.lock() else {
+            return;
+        };
+        let found = self.dir.walk().unwrap_or_default();
+        for f in found {
+            if self.dir.remove(f.id, f.len).is_some() {
+                self.counters.invalidations.fetch_add(1, Relaxed);
+            }
+            self.dir.remove_object_dir(f.id.object);
         }
+        // Recounted: what another process placed meanwhile is counted again.
+        self.walk(&mut ledger, 0);
     }
 }
 

@@ -69,22 +69,119 @@ fn a_corrupted_entry_is_a_miss_and_is_deleted() {
     assert!(tier.spans(&v1).is_none());
 }
 
+/// Sets the time of last use of `v`'s entry at `start` (`len` bytes) to `ago` before now.
+fn last_used(tier: &DiskTier, v: &ObjectVersion, start: u64, len: u64, ago: u64) {
+    let file = fs::File::open(entry_file(tier, v, start, len)).unwrap();
+    let when = std::time::SystemTime::now() - std::time::Duration::from_secs(ago);
+    file.set_modified(when).unwrap();
+}
+
 #[test]
 fn the_least_recently_used_entries_go_when_over_capacity() {
     let dir = tempfile::tempdir().unwrap();
-    let tier = DiskTier::open(dir.path(), 10_000).unwrap();
+    let tier = DiskTier::open(dir.path(), 12_000).unwrap();
     let v = version("a.parquet", "1");
     let chunk = Bytes::from(vec![1u8; 3000]);
     tier.write(&v, 0, &chunk);
     tier.write(&v, 3000, &chunk);
+    // Written an hour ago; then the first is read, which makes it the more recently used.
+    last_used(&tier, &v, 0, 3000, 3600);
+    last_used(&tier, &v, 3000, 3000, 3600);
     assert!(tier.read(&v, 0..3000).is_some());
     tier.write(&v, 6000, &chunk);
     tier.write(&v, 9000, &chunk);
     let spans = tier.spans(&v).unwrap();
     assert!(spans.covers(0..3000), "read recently, kept");
     assert!(!spans.covers(3000..6000), "least recently used, evicted");
-    assert!(tier.size().1 <= 10_000);
-    assert!(tier.counters.evictions.load(Relaxed) >= 1);
+    assert!(spans.covers(9000..12000), "the new one is in");
+    assert!(tier.size().1 <= 12_000);
+    assert_eq!(tier.counters.evictions.load(Relaxed), 1);
+}
+
+#[test]
+fn openers_of_one_directory_read_each_others_entries_within_one_capacity() {
+    // Two opens of one directory: two processes, as far as the tier's files and locks go.
+    let dir = tempfile::tempdir().unwrap();
+    let a = DiskTier::open(dir.path(), 10_000).unwrap();
+    let b = DiskTier::open(dir.path(), 10_000).unwrap();
+    let (v, w) = (version("a.parquet", "1"), version("b.parquet", "1"));
+    let chunk = Bytes::from(vec![3u8; 2000]);
+    a.write(&v, 0, &chunk);
+    assert_eq!(b.read(&v, 0..2000).unwrap(), chunk, "a's entry is b's hit");
+    // b saw nothing of `v` before: a's later entries are found by listing its directory.
+    a.write(&v, 2000, &chunk);
+    let covered = b.cover(&v, &[0..4000]).unwrap();
+    assert!(covered[0].iter().all(|(_, e)| e.is_some()), "{covered:?}");
+    // Both fill it: what is on disk stays within the one capacity, and each counts the same.
+    for i in 0..10 {
+        let tier = if i % 2 == 0 { &a } else { &b };
+        tier.write(&w, i * 2000, &chunk);
+        let on_disk: u64 = files_below(tier.dir.root())
+            .iter()
+            .filter(|f| f.ends_with(".range"))
+            .map(|f| fs::metadata(tier.dir.root().join(f)).unwrap().len())
+            .sum();
+        assert!(on_disk <= 10_000, "{on_disk} bytes on disk");
+        assert_eq!(a.size(), b.size());
+        assert_eq!(a.size().1, on_disk, "the ledger is what is on disk");
+    }
+    // An entry the other evicted reads as a miss, never an error.
+    assert!(b.read(&v, 0..2000).is_none());
+}
+
+#[test]
+fn opening_reads_only_the_ledger_and_an_uncounted_tier_is_counted_at_its_first_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("a.parquet", "1");
+    {
+        let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        for i in 0..50 {
+            tier.write(&v, i * 100, &Bytes::from(vec![1u8; 100]));
+        }
+        assert_eq!(tier.size().0, 50);
+    }
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(tier.size().0, 50, "from the ledger");
+    assert_eq!(tier.counters.walks.load(Relaxed), 0, "no walk at opening");
+    drop(tier);
+    // A directory an earlier release filled has no ledger: counted when first written.
+    fs::remove_file(dir.path().join("lakecache-ranges/USAGE")).unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(tier.size(), (0, 0), "not counted yet");
+    assert_eq!(tier.read(&v, 0..100).unwrap().len(), 100, "yet read");
+    tier.write(&v, 10_000, &Bytes::from(vec![1u8; 100]));
+    assert_eq!(tier.counters.walks.load(Relaxed), 1);
+    assert_eq!(tier.size().0, 51);
+}
+
+#[test]
+fn a_write_a_process_left_unfinished_is_never_an_entry_and_is_swept_once_abandoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 10_000).unwrap();
+    let v = version("a.parquet", "1");
+    let encoded = encode(&v.canonical(), 0, &[5u8; 100]);
+    // A live writer's temporary file (locked while it writes), and one a process killed
+    // mid-write left (its lock went with it): neither is an entry.
+    let live = tier.dir.write_temp(&encoded).unwrap();
+    let dead = tier.dir.root().join("tmp/w-999999-0-0");
+    fs::write(&dead, &encoded).unwrap();
+    assert!(tier.read(&v, 0..100).is_none());
+    assert!(tier.cover(&v, &[0..100]).is_none());
+    // Both old: the next walk sweeps the dead one alone.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for path in [live.path(), dead.as_path()] {
+        let file = fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(hour_ago).unwrap();
+    }
+    tier.clear();
+    assert!(!dead.exists(), "abandoned: swept");
+    assert!(
+        live.path().exists(),
+        "a live writer's file is left, however old"
+    );
+    let path = live.path().to_path_buf();
+    drop(live);
+    assert!(!path.exists(), "removed by its writer");
 }
 
 /// Every file below `dir`, as paths relative to it.
@@ -167,13 +264,16 @@ fn a_directory_of_something_else_is_refused_naming_it() {
 }
 
 #[test]
-fn a_second_opener_of_the_same_directory_is_refused() {
+fn a_process_of_an_earlier_release_holding_it_alone_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let first = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    drop(DiskTier::open(dir.path(), 1 << 20).unwrap());
+    // What an earlier release held while open: an exclusive lock on LOCK.
+    let lock = fs::File::open(dir.path().join("lakecache-ranges/LOCK")).unwrap();
+    assert!(files::flock(&lock, libc::LOCK_EX | libc::LOCK_NB));
     let err = DiskTier::open(dir.path(), 1 << 20).unwrap_err();
-    assert!(err.to_string().contains("another process"), "{err}");
-    drop(first);
-    DiskTier::open(dir.path(), 1 << 20).expect("free once the first is closed");
+    assert!(err.to_string().contains("earlier release"), "{err}");
+    drop(lock);
+    DiskTier::open(dir.path(), 1 << 20).expect("free once it is closed");
 }
 
 #[test]
@@ -348,7 +448,9 @@ fn an_objects_directory_goes_with_its_last_entry() {
         .unwrap()
         .to_path_buf();
     assert!(a_dir.exists());
-    // Over capacity: a's entry is evicted, and its directory with it.
+    // Over capacity: a's entry, the least recently used, is evicted, and its directory with
+    // it.
+    last_used(&tier, &a, 0, 1000, 3600);
     tier.write(&b, 0, &Bytes::from(vec![1u8; 1000]));
     tier.write(&b, 1000, &Bytes::from(vec![1u8; 1000]));
     assert!(tier.read(&a, 0..1000).is_none());
@@ -391,4 +493,20 @@ fn forgetting_an_object_or_a_version_deletes_its_entries_alone() {
     );
     assert_eq!(tier.size().0, 2);
     assert_eq!(tier.counters.invalidations.load(Relaxed), 4);
+}
+
+#[test]
+fn openers_of_a_new_directory_at_the_same_moment_all_open_it() {
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let opened: Vec<io::Result<DiskTier>> = std::thread::scope(|s| {
+            let openers: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| DiskTier::open(dir.path(), 1 << 20)))
+                .collect();
+            openers.into_iter().map(|o| o.join().unwrap()).collect()
+        });
+        for tier in opened {
+            tier.expect("opened beside the others");
+        }
+    }
 }
