@@ -193,6 +193,18 @@ const FIGURES: &[(&str, Kind, Unit, &str)] = &[
         "Ranges not written because the disk fell behind.",
     ),
     (
+        "claims_waited",
+        Kind::Counter,
+        Unit::Count,
+        "Downloads that waited for another process's download of the same bytes (a disk tier shared by processes).",
+    ),
+    (
+        "walks",
+        Kind::Counter,
+        Unit::Count,
+        "Walks of the disk tier's directory, to evict past its capacity or to count it.",
+    ),
+    (
         "bytes_from_store",
         Kind::Counter,
         Unit::Bytes,

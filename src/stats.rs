@@ -184,6 +184,12 @@ pub struct RangeStats {
     pub disk_write_errors: u64,
     /// Ranges not written because the disk fell behind.
     pub disk_skipped: u64,
+    /// Downloads that waited for another process's download of the same bytes (processes
+    /// sharing the disk tier's directory).
+    pub disk_claims_waited: u64,
+    /// Walks of the disk tier's directory: to evict when a write would pass its capacity,
+    /// or to count a directory an earlier release filled.
+    pub disk_walks: u64,
 }
 
 /// Prefetch figures of every scan so far.
@@ -327,6 +333,8 @@ impl LakeStats {
             ("range.disk", "writes", r.disk_writes),
             ("range.disk", "write_errors", r.disk_write_errors),
             ("range.disk", "skipped", r.disk_skipped),
+            ("range.disk", "claims_waited", r.disk_claims_waited),
+            ("range.disk", "walks", r.disk_walks),
             ("range", "bytes_from_store", r.bytes_from_store),
             ("range", "too_large", r.too_large),
             ("range", "shared", r.shared),

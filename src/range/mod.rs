@@ -290,6 +290,8 @@ impl RangeCache {
             disk_writes: load(|c| &c.writes),
             disk_write_errors: load(|c| &c.write_errors),
             disk_skipped: i.disk_skipped.load(Relaxed),
+            disk_claims_waited: load(|c| &c.claims_waited),
+            disk_walks: load(|c| &c.walks),
         }
     }
 
@@ -303,13 +305,19 @@ impl RangeCache {
         }
     }
 
-    /// Drops every range of one object, in every version. Its files on disk are deleted on a
-    /// blocking thread: they are keyed by version, so until then they are only space.
+    /// Drops every range of one object, in every version. Its files on disk are deleted
+    /// before it returns, unless another process is walking the directory: then on a
+    /// blocking thread once it is done (they are keyed by version, so until then they are
+    /// only space).
     pub(crate) fn invalidate(&self, id: &ObjectId) {
         self.drop_versions(id, |_| true);
-        if let Some(disk) = &self.inner.disk {
+        if let Some(disk) = &self.inner.disk
+            && !disk.invalidate(id, true)
+        {
             let (disk, id) = (Arc::clone(disk), id.clone());
-            blocking(move || disk.invalidate(&id));
+            blocking(move || {
+                disk.invalidate(&id, false);
+            });
         }
     }
 
@@ -322,9 +330,14 @@ impl RangeCache {
     /// Drops every range of one version of an object.
     pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
         self.drop_versions(version.id(), |o| o == version);
-        if let Some(disk) = &self.inner.disk {
+        // As for `invalidate`.
+        if let Some(disk) = &self.inner.disk
+            && !disk.invalidate_version(version, true)
+        {
             let (disk, version) = (Arc::clone(disk), version.clone());
-            blocking(move || disk.invalidate_version(&version));
+            blocking(move || {
+                disk.invalidate_version(&version, false);
+            });
         }
     }
 

@@ -428,23 +428,30 @@ impl DiskTier {
         ledger.save();
     }
 
-    /// Deletes every entry of one object, in every version. Blocking.
-    pub(crate) fn invalidate(&self, id: &ObjectId) {
-        self.remove_where(object_hash(id), |_| true);
+    /// Deletes every entry of one object, in every version. Returns `false`, deleting
+    /// nothing, if `now` and the ledger is busy (another process walks the directory); else
+    /// waits for it.
+    pub(crate) fn invalidate(&self, id: &ObjectId, now: bool) -> bool {
+        self.remove_where(object_hash(id), |_| true, now)
     }
 
-    /// Deletes every entry of one version of an object. Blocking.
-    pub(crate) fn invalidate_version(&self, version: &ObjectVersion) {
+    /// Deletes every entry of one version of an object; returns as
+    /// [`DiskTier::invalidate`].
+    pub(crate) fn invalidate_version(&self, version: &ObjectVersion, now: bool) -> bool {
         let (object, v) = ids(version);
-        self.remove_where(object, |id| id.version == v);
+        self.remove_where(object, |id| id.version == v, now)
     }
 
     /// Deletes the entries of `object` that `which` picks.
-    fn remove_where(&self, object: u64, which: impl Fn(&EntryId) -> bool) {
-        self.view().retain(|k, _| k.0 != object);
-        let Ok(mut ledger) = self.ledger.lock() else {
-            return;
+    fn remove_where(&self, object: u64, which: impl Fn(&EntryId) -> bool, now: bool) -> bool {
+        let ledger = match now {
+            true => self.ledger.try_lock(),
+            false => self.ledger.lock().ok(),
         };
+        let Some(mut ledger) = ledger else {
+            return false;
+        };
+        self.view().retain(|k, _| k.0 != object);
         for (id, len) in self.dir.entries_of(object) {
             if which(&id)
                 && let Some(bytes) = self.dir.remove(id, len)
@@ -455,6 +462,7 @@ impl DiskTier {
         }
         ledger.save();
         self.dir.remove_object_dir(object);
+        true
     }
 
     /// Deletes every entry. Blocking.

@@ -476,14 +476,14 @@ fn forgetting_an_object_or_a_version_deletes_its_entries_alone() {
         tier.write(v, 0, &Bytes::from_static(b"0123456789"));
         tier.write(v, 100, &Bytes::from_static(b"0123456789"));
     }
-    tier.invalidate_version(&a1);
+    tier.invalidate_version(&a1, false);
     assert!(tier.spans(&a1).is_none());
     assert!(!entry_file(&tier, &a1, 0, 10).exists(), "its files go");
     assert!(
         tier.spans(&a2).unwrap().covers(100..110),
         "the other version stays"
     );
-    tier.invalidate(a2.id());
+    tier.invalidate(a2.id(), false);
     assert!(tier.spans(&a2).is_none());
     assert!(!entry_file(&tier, &a2, 100, 10).exists());
     assert_eq!(
