@@ -205,6 +205,12 @@ const FIGURES: &[(&str, Kind, Unit, &str)] = &[
         "Walks of the disk tier's directory, to evict past its capacity or to count it.",
     ),
     (
+        "view_versions",
+        Kind::Gauge,
+        Unit::Count,
+        "Object versions this process keeps in its view of the disk tier (at most 65,536).",
+    ),
+    (
         "bytes_from_store",
         Kind::Counter,
         Unit::Bytes,

@@ -190,6 +190,9 @@ pub struct RangeStats {
     /// Walks of the disk tier's directory: to evict when a write would pass its capacity,
     /// or to count a directory an earlier release filled.
     pub disk_walks: u64,
+    /// Object versions this process keeps in its view of the disk tier (the listings of
+    /// their directories it made), at most 65,536: the tier's whole index in memory.
+    pub disk_view_versions: u64,
 }
 
 /// Prefetch figures of every scan so far.
@@ -335,6 +338,7 @@ impl LakeStats {
             ("range.disk", "skipped", r.disk_skipped),
             ("range.disk", "claims_waited", r.disk_claims_waited),
             ("range.disk", "walks", r.disk_walks),
+            ("range.disk", "view_versions", r.disk_view_versions),
             ("range", "bytes_from_store", r.bytes_from_store),
             ("range", "too_large", r.too_large),
             ("range", "shared", r.shared),

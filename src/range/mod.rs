@@ -292,6 +292,7 @@ impl RangeCache {
             disk_skipped: i.disk_skipped.load(Relaxed),
             disk_claims_waited: load(|c| &c.claims_waited),
             disk_walks: load(|c| &c.walks),
+            disk_view_versions: i.disk.as_ref().map_or(0, |d| d.view_versions()),
         }
     }
 

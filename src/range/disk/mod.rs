@@ -41,7 +41,10 @@ use ledger::{Ledger, Usage};
 
 /// Object versions whose entries a process keeps in its view; past this, the view forgets
 /// one for each new one (a forgotten one costs a listing of its directory when next read).
+#[cfg(not(test))]
 const VIEW_VERSIONS: usize = 1 << 16;
+#[cfg(test)]
+const VIEW_VERSIONS: usize = 8;
 /// How long a download waits for another process's claim of the same bytes before making
 /// its own request: a holder that died released its claim at once, so this bounds only a
 /// live holder's slow download.
@@ -86,6 +89,17 @@ fn object_hash(id: &ObjectId) -> u64 {
 
 fn ids(object: &ObjectVersion) -> (u64, u64) {
     (object_hash(object.id()), hash(&object.canonical()))
+}
+
+/// Forgets a version of `view` if it is full and `key` is not in it: which one does not
+/// matter much, a forgotten one costs one listing when next read.
+fn make_room(view: &mut HashMap<(u64, u64), Spans>, key: (u64, u64)) {
+    if view.len() >= VIEW_VERSIONS && !view.contains_key(&key) {
+        let any = view.keys().next().copied();
+        if let Some(any) = any {
+            view.remove(&any);
+        }
+    }
 }
 
 impl DiskTier {
@@ -164,12 +178,7 @@ impl DiskTier {
         if spans.is_empty() {
             view.remove(&key);
         } else {
-            if view.len() >= VIEW_VERSIONS && !view.contains_key(&key) {
-                let any = view.keys().next().copied();
-                if let Some(any) = any {
-                    view.remove(&any);
-                }
-            }
+            make_room(&mut view, key);
             view.insert(key, spans.clone());
         }
         spans
@@ -234,6 +243,11 @@ impl DiskTier {
 
     pub(crate) fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Object versions in this process's view (bounded by [`VIEW_VERSIONS`]).
+    pub(crate) fn view_versions(&self) -> u64 {
+        self.view().len() as u64
     }
 
     /// Claims `ranges` of `object` for a download, waiting (up to [`CLAIM_WAIT`] for each)
@@ -357,6 +371,7 @@ impl DiskTier {
             // The entries this one holds are no longer needed.
             let inside = {
                 let mut view = self.view();
+                make_room(&mut view, key);
                 match view.entry(key).or_default().insert(start..end) {
                     Inserted::Covered => Vec::new(),
                     Inserted::Replacing(inside) => inside,

@@ -510,3 +510,21 @@ fn openers_of_a_new_directory_at_the_same_moment_all_open_it() {
         }
     }
 }
+
+#[test]
+fn the_view_a_process_keeps_is_bounded_and_what_it_forgot_is_found_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let objects: Vec<ObjectVersion> = (0..3 * VIEW_VERSIONS)
+        .map(|i| version(&format!("f{i}.parquet"), "1"))
+        .collect();
+    for v in &objects {
+        tier.write(v, 0, &Bytes::from_static(b"0123456789"));
+        assert!(tier.view_versions() <= VIEW_VERSIONS as u64);
+    }
+    for v in &objects {
+        assert_eq!(tier.read(v, 0..10).unwrap(), "0123456789");
+        assert!(tier.cover(v, &[0..10]).is_some());
+        assert!(tier.view_versions() <= VIEW_VERSIONS as u64);
+    }
+}
