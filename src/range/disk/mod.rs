@@ -91,6 +91,12 @@ fn ids(object: &ObjectVersion) -> (u64, u64) {
     (object_hash(object.id()), hash(&object.canonical()))
 }
 
+/// Where `object`'s claims lie ([`Claim::try_add`]).
+fn claim_slot(object: &ObjectVersion) -> u64 {
+    let (o, v) = ids(object);
+    o.rotate_left(32) ^ v
+}
+
 /// Forgets a version of `view` if it is full and `key` is not in it: which one does not
 /// matter much, a forgotten one costs one listing when next read.
 fn make_room(view: &mut HashMap<(u64, u64), Spans>, key: (u64, u64)) {
@@ -250,7 +256,7 @@ impl DiskTier {
         self.view().len() as u64
     }
 
-    /// Claims `ranges` of `object` for a download, waiting (up to [`CLAIM_WAIT`] for each)
+    /// Claims `ranges` of `object` for a download, waiting (up to [`CLAIM_WAIT`] in all)
     /// while another process holds a claim on any of them. Returns the claim, released when
     /// dropped, and whether it waited (for the figures).
     pub(crate) async fn claim(
@@ -258,12 +264,11 @@ impl DiskTier {
         object: &ObjectVersion,
         ranges: &[Range<u64>],
     ) -> (Claim, bool) {
-        let (o, v) = ids(object);
-        let slot = o.rotate_left(32) ^ v;
+        let slot = claim_slot(object);
         let mut claim = self.claims.start();
         let mut waited = false;
+        let deadline = Instant::now() + CLAIM_WAIT;
         for range in ranges {
-            let deadline = Instant::now() + CLAIM_WAIT;
             let mut pause = Duration::from_millis(2);
             // An error (a file system without these locks): no claim, no wait.
             while let Ok(false) = claim.try_add(slot, range) {

@@ -528,3 +528,33 @@ fn the_view_a_process_keeps_is_bounded_and_what_it_forgot_is_found_again() {
         assert!(tier.view_versions() <= VIEW_VERSIONS as u64);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_another_opener_claimed_waits_for_it_then_finds_its_bytes_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Arc::new(DiskTier::open(dir.path(), 1 << 20).unwrap());
+    let b = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let v = version("a.parquet", "1");
+    let (held, waited) = a.claim(&v, &[0..100]).await;
+    assert!(!waited, "nobody held it");
+    // While a holds it, b cannot claim any of it.
+    let slot = claim_slot(&v);
+    assert!(!b.claims.start().try_add(slot, &(50..60)).unwrap());
+    // a downloads, writes, then lets go of its claim; b's claim waits for that (or, on a
+    // slow machine, comes after it), then finds a's bytes on disk.
+    let writer = {
+        let (a, v) = (Arc::clone(&a), v.clone());
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            a.write(&v, 0, &Bytes::from(vec![9u8; 100]));
+            drop(held);
+        })
+    };
+    let (_claim, _) = b.claim(&v, &[0..100]).await;
+    assert_eq!(
+        b.read(&v, 0..100).unwrap().len(),
+        100,
+        "a's bytes, from disk"
+    );
+    writer.await.unwrap();
+}
