@@ -61,11 +61,15 @@ async fn worker(dir: &FsPath, files: usize) -> Result<()> {
     let (rows, _) = run(&ctx, SQL).await?;
     let took = began.elapsed();
     cache.flush().await;
+    let counts = store.counts();
     println!(
-        "WORKER requests={} ms={:.1} rows={rows} claims_waited={}",
-        store.counts().total(),
+        "WORKER requests={} ms={:.1} rows={rows} claims_waited={} heads={} gets={} lists={}",
+        counts.total(),
         ms(took),
-        cache.stats().range.disk_claims_waited
+        cache.stats().range.disk_claims_waited,
+        counts.head,
+        counts.get,
+        counts.list
     );
     Ok(())
 }
@@ -73,6 +77,8 @@ async fn worker(dir: &FsPath, files: usize) -> Result<()> {
 /// What one worker printed.
 struct Figures {
     requests: u64,
+    gets: u64,
+    heads: u64,
     ms: f64,
     rows: u64,
     waited: u64,
@@ -107,6 +113,8 @@ fn workers(n: usize, dir: &FsPath, files: u64) -> Result<Vec<Figures>> {
             let get = |name| figure(line, name).ok_or_else(|| fail(line.to_string()));
             Ok(Figures {
                 requests: get("requests")? as u64,
+                gets: get("gets")? as u64,
+                heads: get("heads")? as u64,
                 ms: get("ms")?,
                 rows: get("rows")? as u64,
                 waited: get("claims_waited")? as u64,
@@ -150,10 +158,17 @@ fn scans(files: u64) -> Result<()> {
         let (cold_ms, warm_ms) = (slowest(&cold), slowest(&warm));
         let (one_req, one_ms) = *alone.get_or_insert((cold_req, cold_ms));
         let waited: u64 = cold.iter().map(|f| f.waited).sum();
+        let gets: u64 = cold.iter().map(|f| f.gets).sum();
+        let heads: u64 = cold.iter().map(|f| f.heads).sum();
+        let (warm_gets, warm_heads): (u64, u64) = (
+            warm.iter().map(|f| f.gets).sum(),
+            warm.iter().map(|f| f.heads).sum(),
+        );
         println!(
-            "RESULT processes={n} cold_requests={cold_req} ({:.2}x one process's) \
-             cold_slowest_ms={cold_ms:.0} ({:.2}x) waited_for_another={waited} \
-             disk_mib={:.1} warm_requests={warm_req} warm_slowest_ms={warm_ms:.0}",
+            "RESULT processes={n} cold_requests={cold_req} ({:.2}x one process's: \
+             {gets} GETs, {heads} HEADs) cold_slowest_ms={cold_ms:.0} ({:.2}x) \
+             waited_for_another={waited} disk_mib={:.1} warm_requests={warm_req} \
+             ({warm_gets} GETs, {warm_heads} HEADs) warm_slowest_ms={warm_ms:.0}",
             cold_req as f64 / one_req as f64,
             cold_ms / one_ms,
             on_disk as f64 / (1 << 20) as f64,
