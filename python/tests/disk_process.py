@@ -3,8 +3,10 @@ server at ENDPOINT through a LakeCache whose disk tier is DIR, and prints as JSO
 and the figures of the cache when opened and after the query. With `write`, it calls
 `flush()` after the query; either way it then exits at once (`os._exit`, no interpreter
 teardown), as a process that is killed would: what is on disk is what `flush` waited for.
+With `hold`, it opens the cache, prints `opened` and waits for its stdin to close before
+the query (as `read`): another process can use the directory meanwhile.
 
-    python disk_process.py write|read URL DIR ENDPOINT
+    python disk_process.py write|read|hold URL DIR ENDPOINT
 """
 
 import json
@@ -24,6 +26,10 @@ SQL = (
 def main(mode, url, disk, endpoint):
     lake = lc.LakeCache(range_disk=(disk, "256MiB"))
     opened = lake.stats()
+    if mode == "hold":
+        print("opened")
+        sys.stdout.flush()
+        sys.stdin.read()
     ctx = lake_table(lake, url, endpoint)
     rows = ctx.sql(SQL).to_arrow_table().to_pylist()
     if mode == "write":

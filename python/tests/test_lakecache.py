@@ -230,6 +230,39 @@ def test_flush_leaves_the_disk_tier_to_the_next_process_which_reads_it_without_a
     assert figures["handle.proofs"]["heads"] >= FILES
 
 
+def test_processes_open_one_disk_tier_at_once_and_read_what_the_others_wrote(
+    lake_url, tmp_path
+):
+    disk = tmp_path / "disk"
+    endpoint, _ = s3()
+    script = Path(__file__).with_name("disk_process.py")
+    # A worker opens the directory and holds it open...
+    holder = subprocess.Popen(
+        [sys.executable, str(script), "hold", lake_url, str(disk), endpoint],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "opened", holder.stderr.read()
+        # ...while another opens it too, reads the lake and flushes...
+        other = disk_process("write", lake_url, disk)
+        assert other["after"]["range.disk"]["writes"] > 0, other["after"]["range.disk"]
+        # ...and the first, opened before those bytes were there, reads them from disk:
+        # no GET, only the proofs of its own store's access (one HEAD per file).
+        out, err = holder.communicate(input="", timeout=300)
+    finally:
+        holder.kill()
+    assert holder.returncode == 0, err
+    held = json.loads(out)
+    assert held["rows"] == other["rows"]
+    figures = held["after"]
+    assert figures["range.disk"]["hits"] > 0, figures["range.disk"]
+    assert figures["store"]["gets"] == 0, figures
+    assert figures["handle.proofs"]["heads"] >= FILES
+
+
 def test_flush_without_a_disk_tier_returns_at_once():
     lake = lc.LakeCache()
     lake.flush()
