@@ -558,3 +558,25 @@ async fn a_download_another_opener_claimed_waits_for_it_then_finds_its_bytes_on_
     );
     writer.await.unwrap();
 }
+
+#[test]
+fn what_was_read_before_a_restart_outlives_what_was_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = version("a.parquet", "1");
+    let chunk = Bytes::from(vec![1u8; 3000]);
+    {
+        let tier = DiskTier::open(dir.path(), 12_000).unwrap();
+        tier.write(&v, 0, &chunk);
+        tier.write(&v, 3000, &chunk);
+        last_used(&tier, &v, 0, 3000, 3600);
+        last_used(&tier, &v, 3000, 3000, 3600);
+        // Read before the process ends: the file's time says so to the next one.
+        assert!(tier.read(&v, 0..3000).is_some());
+    }
+    let tier = DiskTier::open(dir.path(), 12_000).unwrap();
+    tier.write(&v, 6000, &chunk);
+    tier.write(&v, 9000, &chunk);
+    let spans = tier.spans(&v).unwrap();
+    assert!(spans.covers(0..3000), "read before the restart: kept");
+    assert!(!spans.covers(3000..6000), "not read: evicted first");
+}
