@@ -767,9 +767,25 @@ fn tier_bytes(dir: &FsPath) -> u64 {
     total
 }
 
-/// A lake, its table statement and a scan reading every column of it, with the rows the
-/// scan must return.
-async fn shared_tier_lake(b: &Backend) -> (String, &'static str, String) {
+/// A lake on the S3 server behind a counting proxy, for the tests of processes sharing a
+/// disk tier: a table statement, a scan reading every column, and the rows it must return.
+struct SharedTierLake {
+    proxy: datafusion_lakecache::testkit::FaultProxy,
+    endpoint: String,
+    create: String,
+    sql: &'static str,
+    want: String,
+    _backend: Backend,
+}
+
+/// [`SharedTierLake`] for `test`, the proxy's faults drawn from `seed`; `None` (the test
+/// skipped) without an S3 server.
+async fn shared_tier_lake(test: &str, seed: u64) -> Option<SharedTierLake> {
+    let b = common::s3_backend(test)?;
+    let target = datafusion_lakecache::testkit::s3_server_addr().expect("the S3 server");
+    let proxy = datafusion_lakecache::testkit::FaultProxy::start(target, seed)
+        .await
+        .unwrap();
     // Few files of many row groups: the requests are mostly ranges of data, which the
     // processes share, rather than listings and HEADs, which each process makes.
     let spec = LakeSpec {
@@ -782,26 +798,35 @@ async fn shared_tier_lake(b: &Backend) -> (String, &'static str, String) {
     // Answers that do not depend on the order rows arrive in (no floating-point sums).
     let sql = "SELECT category, count(*), sum(id), min(name), max(value) FROM t \
                GROUP BY category ORDER BY category";
-    let out = lakecache_on(b, &["-q", "-c", &create(b), "-c", sql]);
+    let out = lakecache_on(&b, &["-q", "-c", &create(&b), "-c", sql]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    (create(b), sql, text(&out.stdout))
+    Some(SharedTierLake {
+        endpoint: proxy.endpoint(),
+        proxy,
+        create: create(&b),
+        sql,
+        want: text(&out.stdout),
+        _backend: b,
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_sharing_a_disk_tier_download_each_range_once() {
-    let Some(b) = common::s3_backend("cli_shared_tier") else {
+    let Some(lake) = shared_tier_lake("cli_shared_tier", 1).await else {
         return;
     };
-    let target = datafusion_lakecache::testkit::s3_server_addr().expect("the S3 server");
-    let proxy = datafusion_lakecache::testkit::FaultProxy::start(target, 1)
-        .await
-        .unwrap();
-    let endpoint = proxy.endpoint();
-    let (create, sql, want) = shared_tier_lake(&b).await;
+    let SharedTierLake {
+        proxy,
+        endpoint,
+        create,
+        sql,
+        want,
+        ..
+    } = &lake;
     // One process, cold, with a tier of its own: the requests a scan costs.
     let run = |dir: &FsPath| {
         let disk = format!("lakecache.range.disk_dir={}", dir.display());
-        spawn_via(&endpoint, &["-q", "--set", &disk, "-c", &create, "-c", sql])
+        spawn_via(endpoint, &["-q", "--set", &disk, "-c", create, "-c", sql])
     };
     let alone = tempfile::tempdir().unwrap();
     let before = proxy.counts().relayed;
@@ -815,7 +840,7 @@ async fn processes_sharing_a_disk_tier_download_each_range_once() {
     let requests = proxy.counts().relayed - before;
     for out in &four {
         assert!(out.status.success(), "{}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), want, "every row right");
+        assert_eq!(&text(&out.stdout), want, "every row right");
     }
     common::report(
         "processes_sharing_a_disk_tier",
@@ -827,7 +852,7 @@ async fn processes_sharing_a_disk_tier_download_each_range_once() {
     );
     // A fifth, later, reads every byte from the directory the four filled.
     let disk = format!("lakecache.range.disk_dir={}", shared.path().display());
-    let fifth = spawn_via(&endpoint, &["--set", &disk, "-c", &create, "-c", sql]);
+    let fifth = spawn_via(endpoint, &["--set", &disk, "-c", create, "-c", sql]);
     let out = outputs(vec![fifth]).await;
     let stderr = text(&out[0].stderr);
     let from_store: u64 = summaries(&stderr).iter().map(|l| figure(l, "store")).sum();
@@ -836,22 +861,24 @@ async fn processes_sharing_a_disk_tier_download_each_range_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_keep_a_shared_tier_within_its_capacity_and_a_killed_one_blocks_none() {
-    let Some(b) = common::s3_backend("cli_shared_tier_kill") else {
+    let Some(lake) = shared_tier_lake("cli_shared_tier_kill", 7).await else {
         return;
     };
-    let target = datafusion_lakecache::testkit::s3_server_addr().expect("the S3 server");
-    let proxy = datafusion_lakecache::testkit::FaultProxy::start(target, 7)
-        .await
-        .unwrap();
-    let endpoint = proxy.endpoint();
-    let (create, sql, want) = shared_tier_lake(&b).await;
+    let SharedTierLake {
+        proxy,
+        endpoint,
+        create,
+        sql,
+        want,
+        ..
+    } = &lake;
     let dir = tempfile::tempdir().unwrap();
     // The smallest capacity there is, below what the scan reads.
     let capacity = 1 << 20;
     let disk = format!("lakecache.range.disk_dir={}", dir.path().display());
     let bound = format!("lakecache.range.disk_capacity={capacity}");
     let args = [
-        "-q", "--set", &disk, "--set", &bound, "-c", &create, "-c", sql,
+        "-q", "--set", &disk, "--set", &bound, "-c", create, "-c", sql,
     ];
     // A process whose requests stall (its claims held, its writes pending) is killed.
     proxy.set(datafusion_lakecache::testkit::Faults {
@@ -859,7 +886,7 @@ async fn processes_keep_a_shared_tier_within_its_capacity_and_a_killed_one_block
         stall_for: std::time::Duration::from_secs(120),
         ..Default::default()
     });
-    let mut stalled = spawn_via(&endpoint, &args);
+    let mut stalled = spawn_via(endpoint, &args);
     while proxy.counts().stalled < 2 && stalled.try_wait().unwrap().is_none() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -869,10 +896,10 @@ async fn processes_keep_a_shared_tier_within_its_capacity_and_a_killed_one_block
     // The others run twice (cold, then over what they all wrote): every row right, and what
     // is on disk within the capacity after every round.
     for _ in 0..2 {
-        let outs = outputs((0..4).map(|_| spawn_via(&endpoint, &args)).collect()).await;
+        let outs = outputs((0..4).map(|_| spawn_via(endpoint, &args)).collect()).await;
         for out in &outs {
             assert!(out.status.success(), "{}", text(&out.stderr));
-            assert_eq!(text(&out.stdout), want, "every row right");
+            assert_eq!(&text(&out.stdout), want, "every row right");
         }
         let on_disk = tier_bytes(dir.path());
         assert!(on_disk <= capacity, "{on_disk} bytes on disk");

@@ -66,48 +66,58 @@ impl Usage {
 /// The shared count of the tier's bytes and entries.
 #[derive(Debug)]
 pub(super) struct Ledger {
-    file: Mutex<File>,
+    file: File,
+    /// Held with the flock: this process's threads share the file's one flock, so they
+    /// exclude each other here.
+    threads: Mutex<()>,
 }
 
 /// The ledger, locked against every thread and process: its figures, changed in place and
 /// written back on [`Locked::save`].
 pub(super) struct Locked<'a> {
-    file: MutexGuard<'a, File>,
+    file: &'a File,
+    _threads: MutexGuard<'a, ()>,
     pub usage: Usage,
 }
 
 impl Ledger {
     pub(super) fn open(dir: &TierDir) -> io::Result<Self> {
         Ok(Self {
-            file: Mutex::new(dir.own_file(NAME)?),
+            file: dir.own_file(NAME)?,
+            threads: Mutex::new(()),
         })
     }
 
-    /// The figures as they are now, without the lock (for statistics: a change may be under
-    /// way).
+    /// The figures as they are now, taking no lock (for statistics: a change may be under
+    /// way, and a walk holding the lock for seconds does not hold them up).
     pub(super) fn peek(&self) -> Usage {
-        let file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        read(&file)
+        read(&self.file)
     }
 
     /// The ledger, locked; waits for another process's walk to end.
     pub(super) fn lock(&self) -> io::Result<Locked<'_>> {
-        let file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        if !flock(&file, libc::LOCK_EX) {
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if !flock(&self.file, libc::LOCK_EX) {
             return Err(io::Error::last_os_error());
         }
-        let usage = read(&file);
-        Ok(Locked { file, usage })
+        Ok(self.locked(threads))
     }
 
-    /// The ledger, locked, if no other process holds it now.
+    /// The ledger, locked, if no other thread or process holds it now.
     pub(super) fn try_lock(&self) -> Option<Locked<'_>> {
-        let file = self.file.try_lock().ok()?;
-        if !flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+        let threads = self.threads.try_lock().ok()?;
+        if !flock(&self.file, libc::LOCK_EX | libc::LOCK_NB) {
             return None;
         }
-        let usage = read(&file);
-        Some(Locked { file, usage })
+        Some(self.locked(threads))
+    }
+
+    fn locked<'a>(&'a self, threads: MutexGuard<'a, ()>) -> Locked<'a> {
+        Locked {
+            file: &self.file,
+            _threads: threads,
+            usage: read(&self.file),
+        }
     }
 }
 
@@ -139,7 +149,8 @@ impl Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        flock(&self.file, libc::LOCK_UN);
+        // Before the mutex guard (a field) is dropped.
+        flock(self.file, libc::LOCK_UN);
     }
 }
 

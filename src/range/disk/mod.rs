@@ -485,21 +485,33 @@ impl DiskTier {
         true
     }
 
-    /// Deletes every entry. Blocking.
+    /// Deletes every entry (and sweeps abandoned temporary files). Blocking.
     pub(crate) fn clear(&self) {
         self.view().clear();
         let Ok(mut ledger) = self.ledger.lock() else {
             return;
         };
-        let found = self.dir.walk().unwrap_or_default();
-        for f in found {
-            if self.dir.remove(f.id, f.len).is_some() {
-                self.counters.invalidations.fetch_add(1, Relaxed);
+        self.dir.sweep_temps();
+        // Under the lock no process places or deletes an entry: what is left is what could
+        // not be deleted.
+        let mut left = Usage {
+            counted: true,
+            ..Usage::default()
+        };
+        for f in self.dir.walk().unwrap_or_default() {
+            match self.dir.remove(f.id, f.len) {
+                Some(_) => {
+                    self.counters.invalidations.fetch_add(1, Relaxed);
+                }
+                None => {
+                    left.bytes += f.file_bytes;
+                    left.entries += 1;
+                }
             }
             self.dir.remove_object_dir(f.id.object);
         }
-        // Recounted: what another process placed meanwhile is counted again.
-        self.walk(&mut ledger, 0);
+        ledger.usage = left;
+        ledger.save();
     }
 }
 

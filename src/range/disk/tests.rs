@@ -580,3 +580,15 @@ fn what_was_read_before_a_restart_outlives_what_was_not() {
     assert!(spans.covers(0..3000), "read before the restart: kept");
     assert!(!spans.covers(3000..6000), "not read: evicted first");
 }
+
+#[test]
+fn its_figures_are_read_while_the_ledger_is_held_for_a_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+    let v = version("a.parquet", "1");
+    tier.write(&v, 0, &Bytes::from_static(b"0123456789"));
+    // As a walk holds it (seconds, at a million entries): statistics do not wait for it.
+    let held = tier.ledger.lock().unwrap();
+    assert_eq!(tier.size().0, 1);
+    drop(held);
+}
