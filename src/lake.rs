@@ -429,6 +429,8 @@ fn log_formats() -> Arc<[NamesFilesByLog]> {
     let formats: Vec<NamesFilesByLog> = vec![
         #[cfg(feature = "delta")]
         crate::delta::is_delta_scan,
+        #[cfg(feature = "iceberg")]
+        crate::iceberg::is_iceberg_scan,
     ];
     formats.into()
 }

@@ -5,7 +5,8 @@
 // (what an object and a version are); `config`, `stats` and `metrics`; the caches `handle`,
 // `index`, `range`; `store` (the one versioned read, and `CachingObjectStore`); `prefetch`;
 // `table` (`LakeTable`, the reader, the query planner); `sql` (what `install` puts into a
-// session); `delta` (Delta Lake's log store, and the hook that marks its scans); `lake`
+// session); `delta` (Delta Lake's log store, and the hook that marks its scans) and
+// `iceberg` (Iceberg tables planned by the iceberg crate, scanned by DataFusion); `lake`
 // (`LakeCache`); `ballista` (a `LakeCache` per process of a Ballista cluster) and
 // `metrics_export` (its figures through the `metrics` facade).
 
@@ -17,6 +18,8 @@ pub mod delta;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 mod handle;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 mod index;
 mod lake;
 mod metrics;

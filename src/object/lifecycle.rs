@@ -8,11 +8,18 @@
 //! file (`deletion_vector_<uuid>.bin`, named by a new UUID each time). Serving the first two from a
 //! cache would hide a new commit from the next query; fetching the others again would make
 //! each snapshot load pay for the whole log.
+//!
+//! An Iceberg table's `metadata/` folder is alike: every metadata file (`v3.metadata.json`,
+//! `00003-<uuid>.metadata.json`), manifest list and manifest (`.avro`) and statistics file
+//! is written once under a new name, while the Hadoop catalog's `version-hint.text` is
+//! rewritten in place at each commit.
 
 use object_store::path::Path;
 
 /// The folder of a Delta Lake table's log.
 const DELTA_LOG: &str = "_delta_log";
+/// The folder of an Iceberg table's metadata.
+const ICEBERG_METADATA: &str = "metadata";
 
 /// How the object at a path changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +53,8 @@ impl Lifecycle {
                 Self::WrittenOnce
             }
             _ if is_deletion_vector(name) => Self::WrittenOnce,
+            Some(ICEBERG_METADATA) if name == "version-hint.text" => Self::ChangesInPlace,
+            Some(ICEBERG_METADATA) if is_iceberg_metadata(name) => Self::WrittenOnce,
             _ => Self::Unknown,
         }
     }
@@ -58,6 +67,14 @@ fn is_deletion_vector(name: &str) -> bool {
         .is_some_and(|uuid| {
             uuid.len() == 36 && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
         })
+}
+
+/// An Iceberg metadata file, manifest list, manifest or statistics file, each written once
+/// under a name of its own.
+fn is_iceberg_metadata(name: &str) -> bool {
+    [".metadata.json", ".avro", ".stats", ".puffin"]
+        .iter()
+        .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix))
 }
 
 /// Whether a listing of `prefix` must always come from the store: the listing of a table log
@@ -106,6 +123,22 @@ mod tests {
         assert_eq!(of("t/_delta_log/00000000000000000001"), Unknown);
         assert_eq!(of("t/_sidecars/x.parquet"), Unknown);
         assert_eq!(of("_last_checkpoint"), Unknown);
+    }
+
+    #[test]
+    fn iceberg_metadata_files_are_told_apart() {
+        use Lifecycle::*;
+        assert_eq!(of("db/t/metadata/version-hint.text"), ChangesInPlace);
+        assert_eq!(of("db/t/metadata/v3.metadata.json"), WrittenOnce);
+        assert_eq!(of("db/t/metadata/00003-9b1f.metadata.json"), WrittenOnce);
+        assert_eq!(of("db/t/metadata/v3.gz.metadata.json"), WrittenOnce);
+        assert_eq!(of("db/t/metadata/snap-1-1-9b1f.avro"), WrittenOnce);
+        assert_eq!(of("db/t/metadata/9b1f-m0.avro"), WrittenOnce);
+        assert_eq!(of("db/t/metadata/1-9b1f.stats"), WrittenOnce);
+        // Data files, and files merely named like metadata outside a metadata folder.
+        assert_eq!(of("db/t/data/00000-0-9b1f.parquet"), Unknown);
+        assert_eq!(of("db/t/data/x.avro"), Unknown);
+        assert_eq!(of("db/t/version-hint.text"), Unknown);
     }
 
     #[test]

@@ -95,6 +95,13 @@ pub(crate) fn install(
         .with_extension(Arc::new(Installed))
         .with_option_extension(options);
     builder = builder.with_config(config);
+    #[cfg(feature = "iceberg")]
+    {
+        builder = builder.with_table_factory(
+            "ICEBERG".into(),
+            Arc::new(crate::iceberg::IcebergTableFactory),
+        );
+    }
     Ok(builder
         .with_query_planner(Arc::new(planner))
         .with_runtime_env(runtime)

@@ -18,6 +18,8 @@ pub mod delta;
 mod digests;
 mod fault;
 mod http;
+#[cfg(feature = "iceberg")]
+pub mod iceberg;
 pub mod lake;
 mod latency;
 mod proxy;
