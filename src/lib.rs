@@ -4,9 +4,9 @@
 // The layers, bottom to top (docs/architecture.md; tests/layers.rs checks them): `object`
 // (what an object and a version are); `config`, `stats` and `metrics`; the caches `handle`,
 // `index`, `range`; `store` (the one versioned read, and `CachingObjectStore`); `prefetch`;
-// `table` (`LakeTable`, the reader, the query planner); `sql` (what `install` puts into a
-// session); `delta` (Delta Lake's log store, and the hook that marks its scans) and
-// `iceberg` (Iceberg tables planned by the iceberg crate, scanned by DataFusion); `lake`
+// `table` (`LakeTable`, the reader, the query planner) and `iceberg` (Iceberg tables planned
+// by the iceberg crate, scanned by DataFusion); `sql` (what `install` puts into a
+// session); `delta` (Delta Lake's log store, and the hook that marks its scans); `lake`
 // (`LakeCache`); `ballista` (a `LakeCache` per process of a Ballista cluster) and
 // `metrics_export` (its figures through the `metrics` facade).
 
@@ -60,4 +60,7 @@ mod guides {
     #[cfg(feature = "ballista")]
     #[doc = include_str!("../docs/distributed.md")]
     struct Distributed;
+    #[cfg(feature = "iceberg")]
+    #[doc = include_str!("../docs/iceberg.md")]
+    struct Iceberg;
 }

@@ -126,7 +126,13 @@ async fn every_snapshot_reads_its_rows_and_columns_by_field_id() {
         let rows_at = [100, 150, 175, 195, 200];
         for (i, (id, n)) in snapshots.iter().zip(rows_at).enumerate() {
             let name = format!("t{i}");
-            register(&ctx, b, &name, &format!("OPTIONS ('snapshot_id' '{id}')")).await;
+            register(
+                &ctx,
+                b,
+                &name,
+                &format!("OPTIONS ('iceberg.snapshot_id' '{id}')"),
+            )
+            .await;
             let got = line(&ctx, &format!("SELECT count(*), sum(id) FROM {name}")).await;
             let want = [n.to_string(), sum(0..n).to_string()];
             assert_eq!(cells(&got), want, "{} snapshot {i}", b.name);
@@ -253,19 +259,29 @@ async fn what_cannot_be_read_is_an_error_naming_the_table() {
 
     let unknown = snapshots.iter().max().unwrap() + 1;
     let sql = format!(
-        "CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION '{}' OPTIONS ('snapshot_id' '{unknown}')",
+        "CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION '{}' OPTIONS ('iceberg.snapshot_id' '{unknown}')",
         location(&b)
     );
     let err = ctx.sql(&sql).await.unwrap_err().to_string();
     assert!(err.contains(&format!("no snapshot {unknown}")), "{err}");
 
     let sql = format!(
-        "CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION '{}' OPTIONS ('snapshot_id' 'latest')",
+        "CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION '{}' OPTIONS ('iceberg.snapshot_id' 'latest')",
         location(&b)
     );
     let err = ctx.sql(&sql).await.unwrap_err().to_string();
     assert!(
         err.contains("snapshot_id") && err.contains("latest"),
+        "{err}"
+    );
+
+    let sql = format!(
+        "CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION '{}' OPTIONS ('iceberg.snapshot' '1')",
+        location(&b)
+    );
+    let err = ctx.sql(&sql).await.unwrap_err().to_string();
+    assert!(
+        err.contains("unknown Iceberg table option \"snapshot\""),
         "{err}"
     );
 }

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["handle", "index", "range"],
     &["store", "fuzz"],
     &["prefetch"],
-    &["table"],
+    &["table", "iceberg"],
     &["sql"],
     &["delta"],
     &["lake"],

@@ -1,8 +1,8 @@
 //! The `lakecache` binary, run as a user runs it: `-c`, `-f` (continuing after a failed
 //! statement), the flags it shares with datafusion-cli, the rc file, the summary of each
 //! statement on stderr, `\object_store_profiling` below the caches, `RUST_LOG`, tables on
-//! S3 and over HTTP, the progress line, the demo, and one readable line with a non-zero exit
-//! for each kind of bad input.
+//! S3 and over HTTP, Iceberg tables, the progress line, the demo, and one readable line with a
+//! non-zero exit for each kind of bad input.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -162,6 +162,54 @@ async fn results_go_to_stdout_and_each_statements_own_summary_to_stderr() {
             b.name
         );
         assert!(text(&out.stderr).is_empty(), "{}: quiet", b.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_iceberg_table_is_created_in_sql_and_read_at_a_snapshot() {
+    use datafusion_lakecache::testkit::iceberg::{IcebergWriter, cities, cities_schema};
+    for b in backends("cli_iceberg") {
+        let location = format!("{}ice", b.table_url());
+        let mut w = IcebergWriter::create(
+            std::sync::Arc::clone(&b.raw),
+            &b.store_url,
+            &location,
+            "ice",
+            cities_schema(),
+        )
+        .await
+        .unwrap();
+        let first = w.append(cities(0, 30)).await.unwrap();
+        w.append(cities(30, 12)).await.unwrap();
+        let newest = format!("CREATE EXTERNAL TABLE t STORED AS ICEBERG LOCATION '{location}'");
+        let pinned = format!(
+            "CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION '{location}' \
+             OPTIONS ('iceberg.snapshot_id' '{first}')"
+        );
+        let out = lakecache_on(
+            &b,
+            &[
+                "--format",
+                "csv",
+                "-c",
+                &newest,
+                "-c",
+                &pinned,
+                "-c",
+                "SELECT count(*) AS n, sum(id) AS s FROM t WHERE city <> 'none'",
+                "-c",
+                "SELECT count(*) AS n, sum(id) AS s FROM s WHERE city <> 'none'",
+            ],
+        );
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{}: {stderr}", b.name);
+        let sums = |n: i64| format!("n,s\n{n},{}", (0..n).sum::<i64>());
+        assert!(stdout.contains(&sums(42)), "{}: newest:\n{stdout}", b.name);
+        assert!(
+            stdout.contains(&sums(30)),
+            "{}: snapshot {first}:\n{stdout}",
+            b.name
+        );
     }
 }
 

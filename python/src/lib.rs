@@ -207,6 +207,53 @@ impl PyLakeCache {
         self.table(provider, state)
     }
 
+    /// An Iceberg table at `url` (its directory, or one of its `*.metadata.json` files; a
+    /// local path or an `s3://`, `gs://`, `az://` URL), read with `storage_options`: its
+    /// newest snapshot, found again within the listing TTL, or the snapshot `snapshot_id`,
+    /// or the one current at `as_of_millis` (built with the `iceberg` feature).
+    #[cfg(feature = "iceberg")]
+    #[pyo3(signature = (url, storage_options = None, snapshot_id = None, as_of_millis = None))]
+    fn iceberg_table(
+        &self,
+        py: Python<'_>,
+        url: &str,
+        storage_options: Option<HashMap<String, String>>,
+        snapshot_id: Option<i64>,
+        as_of_millis: Option<i64>,
+    ) -> PyResult<PyTable> {
+        use datafusion_lakecache::iceberg::{SnapshotChoice, table_builder};
+        let what = format!("Iceberg table {url}");
+        let choice = match (snapshot_id, as_of_millis) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: give snapshot_id or as_of_millis, not both"
+                )));
+            }
+            (Some(id), None) => SnapshotChoice::Id(id),
+            (None, Some(millis)) => SnapshotChoice::AsOf(millis),
+            (None, None) => SnapshotChoice::Latest,
+        };
+        let state = self.session(url, storage_options.unwrap_or_default())?;
+        let parsed = ListingTableUrl::parse(url).map_err(|e| error(&what, e))?;
+        let store = state
+            .runtime_env()
+            .object_store(parsed.object_store())
+            .map_err(|e| error(&what, e))?;
+        let lake = self.lake.clone();
+        let table_url: url::Url = AsRef::<url::Url>::as_ref(&parsed).clone();
+        let table = py.detach(|| {
+            tokio()?.block_on(async move {
+                table_builder(&lake, &table_url, store)
+                    .map_err(|e| error(&what, e))?
+                    .snapshot(choice)
+                    .load()
+                    .await
+                    .map_err(|e| error(&what, e))
+            })
+        })?;
+        self.table(Arc::new(table), state)
+    }
+
     /// Every figure of the caches: `{cache: {metric: value}}`, as `lakecache_metrics()`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let figures = PyDict::new(py);

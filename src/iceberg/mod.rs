@@ -41,7 +41,8 @@
 //! ctx.register_table("sales", Arc::new(table))?;
 //! ctx.sql("SELECT count(*) FROM sales").await?.show().await?;
 //! // In SQL, with the session `install()` made:
-//! ctx.sql("CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION 'file:///data/warehouse/db.db/sales/'")
+//! ctx.sql("CREATE EXTERNAL TABLE s STORED AS ICEBERG LOCATION 'file:///data/warehouse/db.db/sales/' \
+//!          OPTIONS ('iceberg.snapshot_id' '3051729675574597004')")
 //!     .await?;
 //! # Ok(())
 //! # }
@@ -64,7 +65,7 @@ use url::Url;
 
 pub use exec::IcebergScanExec;
 pub(crate) use exec::is_iceberg_scan;
-pub use factory::IcebergTableFactory;
+pub use factory::{IcebergOptions, IcebergTableFactory};
 pub use table::{IcebergTable, IcebergTableBuilder, SnapshotChoice};
 
 use crate::store::{Caches, CachingObjectStore};

@@ -171,7 +171,9 @@ mod tests {
         // One side of an AND is kept; under NOT or OR, all or nothing.
         let half = col("id").lt(lit(3i64)).and(col("id").eq(col("city")));
         assert_eq!(
-            planning_predicate(std::slice::from_ref(&half), &s).unwrap().to_string(),
+            planning_predicate(std::slice::from_ref(&half), &s)
+                .unwrap()
+                .to_string(),
             "id < 3"
         );
         assert!(planning_predicate(&[Expr::Not(Box::new(half.clone()))], &s).is_none());

@@ -97,6 +97,17 @@ pub(crate) fn install(
     builder = builder.with_config(config);
     #[cfg(feature = "iceberg")]
     {
+        let options = match builder.config() {
+            Some(config) => config.options().clone(),
+            None => Default::default(),
+        };
+        builder
+            .table_options()
+            .get_or_insert_with(|| {
+                datafusion::common::config::TableOptions::default_from_session_config(&options)
+            })
+            .extensions
+            .insert(crate::iceberg::IcebergOptions::default());
         builder = builder.with_table_factory(
             "ICEBERG".into(),
             Arc::new(crate::iceberg::IcebergTableFactory),

@@ -1,0 +1,110 @@
+"""Iceberg tables pyiceberg wrote, read through the module (`LakeCache.iceberg_table`): every
+snapshot's rows equal pyiceberg's own scan of it, on the local disk and on the S3 server; a
+filter on partitions and bounds returns pyiceberg's rows; a repeated query makes no request,
+metadata included; a snapshot is found by time."""
+
+import uuid
+
+import datafusion
+import pytest
+from iceberg_tables import canonical, catalog, write_evolving, write_partitioned
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+from s3_server import options, requests, server
+
+import datafusion_lakecache as lc
+
+
+def warehouses(tmp_path):
+    """(name, catalog, storage options) of a local warehouse and, when the S3 server runs,
+    one on it (in CI the server must run)."""
+    found = [("local", catalog(tmp_path, f"file://{tmp_path}/warehouse"), None)]
+    s3 = server()
+    if s3 is not None:
+        endpoint, bucket = s3
+        # Short keys: the S3 server of the tests stores an object under a temporary file
+        # named after its whole key, within the file system's 255 bytes.
+        warehouse = f"s3://{bucket}/ice-{uuid.uuid4().hex[:10]}"
+        s3_dir = tmp_path / "s3"
+        s3_dir.mkdir()
+        found.append(("s3", catalog(s3_dir, warehouse, endpoint), options(endpoint)))
+    else:
+        import os
+
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and no S3 server: run under scripts/with-s3")
+    return found
+
+
+def session(lake, table, storage, **choice):
+    ctx = datafusion.SessionContext()
+    ctx.register_table("t", lake.iceberg_table(table.location(), storage, **choice))
+    return ctx
+
+
+def ours(ctx, sql="SELECT * FROM t"):
+    return canonical(ctx.sql(sql).to_arrow_table())
+
+
+@pytest.mark.parametrize("writer", [write_evolving, write_partitioned])
+def test_every_snapshot_returns_the_rows_of_pyicebergs_scan(tmp_path, writer):
+    for name, cat, storage in warehouses(tmp_path):
+        table = writer(cat, f"t{uuid.uuid4().hex[:6]}")
+        snapshots = table.snapshots()
+        assert len(snapshots) >= 5
+        lake = lc.LakeCache()
+        for snapshot in snapshots:
+            want = canonical(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow())
+            ctx = session(lake, table, storage, snapshot_id=snapshot.snapshot_id)
+            assert ours(ctx) == want, (name, snapshot.snapshot_id, snapshot.summary.operation)
+        newest = session(lake, table, storage)
+        assert ours(newest) == canonical(table.scan().to_arrow()), name
+        # Time travel: the snapshot current at the second one's commit time.
+        second = snapshots[1]
+        ctx = session(lake, table, storage, as_of_millis=second.timestamp_ms)
+        assert ours(ctx) == canonical(table.scan(snapshot_id=second.snapshot_id).to_arrow())
+
+
+def test_filters_on_partitions_and_bounds_return_pyicebergs_rows(tmp_path):
+    for name, cat, storage in warehouses(tmp_path):
+        table = write_partitioned(cat, f"f{uuid.uuid4().hex[:6]}")
+        ctx = session(lc.LakeCache(), table, storage)
+        cases = [
+            ("category = 'alpha'", EqualTo("category", "alpha")),
+            ("id >= 40 AND id < 70", And(GreaterThanOrEqual("id", 40), LessThan("id", 70))),
+            (
+                "ts >= TIMESTAMP '2026-11-05 00:00:00' AND ts < TIMESTAMP '2026-11-09 00:00:00'",
+                And(
+                    GreaterThanOrEqual("ts", "2026-11-05T00:00:00"),
+                    LessThan("ts", "2026-11-09T00:00:00"),
+                ),
+            ),
+            ("amount < 100.0", LessThan("amount", 100.0)),
+        ]
+        for sql, expression in cases:
+            want = canonical(table.scan(row_filter=expression).to_arrow())
+            assert want, (name, sql)
+            assert ours(ctx, f"SELECT * FROM t WHERE {sql}") == want, (name, sql)
+
+
+def test_a_repeated_query_of_an_iceberg_table_makes_no_request(tmp_path):
+    s3 = server()
+    if s3 is None:
+        pytest.skip("no S3 server (run under scripts/with-s3)")
+    named = [w for w in warehouses(tmp_path) if w[0] == "s3"]
+    _, cat, storage = named[0]
+    table = write_evolving(cat, f"w{uuid.uuid4().hex[:6]}")
+    lake = lc.LakeCache()
+    sql = "SELECT label, count(*) AS n, sum(qty) AS q FROM t GROUP BY label"
+    first = ours(session(lake, table, storage), sql)
+    cold = requests(lake)
+    # A new table over the same lake, in a new session: metadata, manifests and data from
+    # the caches.
+    assert ours(session(lake, table, storage), sql) == first
+    assert requests(lake) == cold
+
+
+def test_an_unknown_snapshot_is_an_error_naming_the_table(tmp_path):
+    _, cat, storage = warehouses(tmp_path)[0]
+    table = write_evolving(cat, f"u{uuid.uuid4().hex[:6]}")
+    with pytest.raises(Exception, match="has no snapshot 12345"):
+        lc.LakeCache().iceberg_table(table.location(), storage, snapshot_id=12345)
