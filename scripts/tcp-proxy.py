@@ -11,17 +11,31 @@ With DELAY_MS, every HTTP request the client sends is held that long before it i
 as a remote store's round trip would: one delay per request, and connections do not wait for
 each other, so concurrent requests overlap as they would against a real store.
 
+With LAKECACHE_PROXY_COUNTS naming a file, the method of every request is appended to it, one
+per line: how benchmarks count the requests of clients that count none themselves.
+
 usage: tcp-proxy.py LISTEN_PORT TARGET_PORT [DELAY_MS]
 """
+import os
 import socket
 import sys
 import threading
 import time
 
 METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+COUNTS = os.environ.get("LAKECACHE_PROXY_COUNTS")
+COUNTS_LOCK = threading.Lock()
+
+
+def count(data):
+    if COUNTS is None:
+        return
+    with COUNTS_LOCK, open(COUNTS, "ab") as f:
+        f.write(data.split(b" ", 1)[0] + b"\n")
 
 
 def pipe(src, dst, quickack, delay):
+    # `quickack` marks the server-to-client direction: requests flow the other way.
     try:
         while True:
             if quickack:
@@ -29,8 +43,10 @@ def pipe(src, dst, quickack, delay):
             data = src.recv(1 << 16)
             if not data:
                 break
-            if delay and data.startswith(METHODS):
-                time.sleep(delay)
+            if not quickack and data.startswith(METHODS):
+                count(data)
+                if delay:
+                    time.sleep(delay)
             dst.sendall(data)
     except OSError:
         pass

@@ -280,6 +280,89 @@ async fn a_delta_tables_corpus_on_the_cluster_returns_delta_rs_rows() {
     }
 }
 
+/// The cells of a result line.
+#[cfg(feature = "iceberg")]
+fn cells(line: &str) -> Vec<&str> {
+    line.split('|').map(str::trim).collect()
+}
+
+/// An Iceberg table (iceberg feature) registered on the client: it crosses to the scheduler
+/// as its location and snapshot, the scheduler plans its files with the iceberg crate
+/// through its own caches, and each executor reads its tasks' files with columns matched by
+/// field id (the table dropped a column and added one of the same name). A second pass reads the metadata
+/// from the scheduler's caches and the data from the executors'.
+#[cfg(feature = "iceberg")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_iceberg_table_on_the_cluster_reads_every_snapshot_by_field_id() {
+    use datafusion_lakecache::testkit::iceberg::evolving_table;
+    for b in s3_backends("ballista-iceberg") {
+        let location = format!("{}ice", b.table_url());
+        let (mut w, snapshots) = evolving_table(b.raw.clone(), &b.store_url, &location)
+            .await
+            .unwrap();
+        // `value` again, a new column of the dropped one's name: no file has it.
+        w.add_column("value", iceberg::spec::PrimitiveType::Long)
+            .await
+            .unwrap();
+        let cluster = AffinityCluster::start(&b, 2, 1 << 30).await;
+        let ctx = cluster.session(&b, 5).await;
+        let lake = LakeCache::builder().build().unwrap();
+        let url = url::Url::parse(&location).unwrap();
+        let open = |snapshot: Option<i64>| {
+            let builder =
+                datafusion_lakecache::iceberg::table_builder(&lake, &url, b.raw.clone()).unwrap();
+            async move {
+                match snapshot {
+                    Some(id) => builder.snapshot_id(id).load().await.unwrap(),
+                    None => builder.load().await.unwrap(),
+                }
+            }
+        };
+        ctx.register_table("t", Arc::new(open(None).await)).unwrap();
+        ctx.register_table("s", Arc::new(open(Some(snapshots[2])).await))
+            .unwrap();
+        let sum = |n: i64| (0..n).sum::<i64>();
+        let cases = [
+            (
+                "SELECT count(*) AS n, sum(id) AS s, count(extra) AS e, sum(extra) AS x, \
+                 count(value) AS v, max(value) AS m FROM t",
+                format!(
+                    "| 200 | {} | 25 | {} | 0 | |",
+                    sum(200),
+                    (175..200).sum::<i64>() * 10
+                ),
+            ),
+            (
+                "SELECT count(*) AS n, sum(id) AS s, sum(value) AS v FROM s",
+                format!("| 175 | {} | {:.1} |", sum(175), sum(175) as f64 * 0.5),
+            ),
+        ];
+        let mut warm_scheduler = None;
+        for pass in 0..2 {
+            cluster.scheduler.store.reset();
+            for (sql, want) in &cases {
+                let got = rows(&ctx, sql).await.unwrap();
+                let line = got
+                    .iter()
+                    .find(|l| l.starts_with("| ") && l.contains(char::is_numeric));
+                assert_eq!(
+                    line.map(|l| cells(l)),
+                    Some(cells(want)),
+                    "{} pass {pass}: {sql}: {got:?}",
+                    b.name
+                );
+            }
+            warm_scheduler = Some(cluster.scheduler.store.counts());
+        }
+        let warm_scheduler = warm_scheduler.unwrap();
+        assert_eq!(
+            warm_scheduler.get, 0,
+            "{}: the scheduler planned the warm pass from its caches",
+            b.name
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_on_the_client_changes_what_the_executors_prefetch() {
     for b in s3_backends("ballista-set") {

@@ -16,8 +16,7 @@ use common::{Backend, Counted, local_backend, remote_backends, rows};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::iceberg::{IcebergWriter, Values, cities, cities_schema};
-use iceberg::spec::PrimitiveType;
+use datafusion_lakecache::testkit::iceberg::{IcebergWriter, Values, cities, evolving_table};
 use object_store::ObjectStore;
 
 /// The table's location under the backend's prefix.
@@ -25,33 +24,11 @@ fn location(b: &Backend) -> String {
     format!("{}table", b.table_url())
 }
 
-/// Writes the table of the tests: three appends of `id, city, value` (ids 0..175), a column
-/// `extra` added and an append with it (ids 175..195), `value` dropped and a last append
-/// (ids 195..200). Returns the writer and the snapshot ids, oldest first.
+/// Writes [`evolving_table`] at the backend's location.
 async fn write_table(b: &Backend) -> (IcebergWriter, Vec<i64>) {
-    let mut w = IcebergWriter::create(
-        Arc::clone(&b.raw),
-        &b.store_url,
-        &location(b),
-        "table",
-        cities_schema(),
-    )
-    .await
-    .unwrap();
-    let mut snapshots = Vec::new();
-    for (first, n) in [(0, 100), (100, 50), (150, 25)] {
-        snapshots.push(w.append(cities(first, n)).await.unwrap());
-    }
-    w.add_column("extra", PrimitiveType::Long).await.unwrap();
-    let mut columns = cities(175, 20);
-    columns.push(Values::Long((175..195).map(|i| Some(i * 10)).collect()));
-    snapshots.push(w.append(columns).await.unwrap());
-    w.drop_column("value").await.unwrap();
-    let mut columns = cities(195, 5);
-    columns.remove(2);
-    columns.push(Values::Long((195..200).map(|i| Some(i * 10)).collect()));
-    snapshots.push(w.append(columns).await.unwrap());
-    (w, snapshots)
+    evolving_table(Arc::clone(&b.raw), &b.store_url, &location(b))
+        .await
+        .unwrap()
 }
 
 /// A session installed from `lake` whose store for the backend is the caches over `counted`.
@@ -284,4 +261,20 @@ async fn what_cannot_be_read_is_an_error_naming_the_table() {
         err.contains("unknown Iceberg table option \"snapshot\""),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_column_added_under_a_dropped_ones_name_is_null_in_older_files() {
+    for b in remote_backends("iceberg_readded") {
+        let (mut w, _) = write_table(&b).await;
+        // `value` (a double, id 3) was dropped; a new `value` (a long) has an id of its own.
+        w.add_column("value", iceberg::spec::PrimitiveType::Long)
+            .await
+            .unwrap();
+        let lake = LakeCache::builder().build().unwrap();
+        let ctx = session(&b, &lake, &b.counting());
+        register(&ctx, &b, "t", "").await;
+        let got = line(&ctx, "SELECT count(value), max(value), count(*) FROM t").await;
+        assert_eq!(cells(&got), ["0", "200"], "{}: {got}", b.name);
+    }
 }

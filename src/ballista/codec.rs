@@ -89,6 +89,16 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
                 let figures = self.figures.clone();
                 return Ok(Arc::new(ClusterMetricsExec::decode(rest, inputs, figures)?));
             }
+            // Its scan is rewritten with the rest of the stage, by the codec call that
+            // decodes the stage's root (every stage is rooted in an extension node).
+            #[cfg(feature = "iceberg")]
+            Some((&ICEBERG, rest)) => {
+                let [input] = inputs else {
+                    return plan_err!("an IcebergScanExec has one input, given {}", inputs.len());
+                };
+                let scan = crate::iceberg::IcebergScanExec::decode(rest, Arc::clone(input))?;
+                return Ok(Arc::new(scan));
+            }
             _ => return plan_err!("a plan node not encoded by LakePhysicalCodec"),
         };
         // The task's settings (the client's `SET lakecache.*` included) and its runtime: the
@@ -113,6 +123,12 @@ impl PhysicalExtensionCodec for LakePhysicalCodec {
         if let Some(scan) = node.downcast_ref::<ClusterMetricsExec>() {
             buf.push(FIGURES);
             buf.extend_from_slice(&scan.encode()?);
+            return Ok(());
+        }
+        #[cfg(feature = "iceberg")]
+        if let Some(scan) = node.downcast_ref::<crate::iceberg::IcebergScanExec>() {
+            buf.push(ICEBERG);
+            buf.extend_from_slice(&scan.encode());
             return Ok(());
         }
         buf.push(OTHER);
@@ -187,6 +203,9 @@ const LAKE_TABLE: u8 = 1;
 const DELTA: u8 = 2;
 /// `lakecache_cluster_metrics()`: its table (the tag alone), or its scan.
 const FIGURES: u8 = 3;
+/// An Iceberg table ([`crate::iceberg::IcebergTable::to_parts`]), or its scan node.
+#[cfg(feature = "iceberg")]
+const ICEBERG: u8 = 4;
 
 /// Ballista's logical codec, carrying [`LakeTable`]s too; see the module docs.
 #[derive(Debug)]
@@ -258,6 +277,17 @@ impl LogicalExtensionCodec for LakeLogicalCodec {
             }
             #[cfg(feature = "delta")]
             Some((&DELTA, rest)) => Ok(Arc::new(super::delta::ClusterDeltaTable::decode(rest)?)),
+            #[cfg(feature = "iceberg")]
+            Some((&ICEBERG, rest)) => {
+                let parts = std::str::from_utf8(rest).map_err(|_| {
+                    datafusion::common::plan_datafusion_err!(
+                        "table {table_ref}: not an Iceberg table"
+                    )
+                })?;
+                Ok(Arc::new(crate::iceberg::IcebergTable::from_parts(
+                    parts, schema,
+                )?))
+            }
             Some((&FIGURES, _)) => match &self.figures {
                 Some(figures) => Ok(Arc::new(ClusterMetricsTable::new(Arc::clone(figures)))),
                 None => plan_err!(
@@ -286,6 +316,12 @@ impl LogicalExtensionCodec for LakeLogicalCodec {
         }
         if node.downcast_ref::<ClusterMetricsTable>().is_some() {
             buf.push(FIGURES);
+            return Ok(());
+        }
+        #[cfg(feature = "iceberg")]
+        if let Some(table) = node.downcast_ref::<crate::iceberg::IcebergTable>() {
+            buf.push(ICEBERG);
+            buf.extend_from_slice(table.to_parts().as_bytes());
             return Ok(());
         }
         let mut encoded = Vec::new();

@@ -6,10 +6,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::field_ids::FieldIdAdapterFactory;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Statistics, internal_err};
-use datafusion::error::Result;
+use datafusion::common::{Statistics, internal_err, plan_err};
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
@@ -51,6 +54,41 @@ impl IcebergScanExec {
     /// The snapshot scanned.
     pub fn snapshot_id(&self) -> i64 {
         self.snapshot
+    }
+
+    /// This node without its input, as bytes: how it crosses to another process (a plan
+    /// codec sends its input as DataFusion encodes a Parquet scan).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(16 + self.table.len());
+        buf.extend_from_slice(&self.snapshot.to_le_bytes());
+        buf.extend_from_slice(&(self.files as u64).to_le_bytes());
+        buf.extend_from_slice(self.table.as_bytes());
+        buf
+    }
+
+    /// The node [`IcebergScanExec::encode`] gave `buf` for, over `input`, the Parquet scan it
+    /// had, decoded. DataFusion's encoding of a scan does not carry its expression adapter,
+    /// so the scan is given back the one that matches columns by field id.
+    pub fn decode(buf: &[u8], input: Arc<dyn ExecutionPlan>) -> Result<Self> {
+        let bad = || DataFusionError::Plan("not an encoded IcebergScanExec".to_string());
+        let (snapshot, rest) = buf.split_first_chunk::<8>().ok_or_else(bad)?;
+        let (files, table) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+        let table = std::str::from_utf8(table).map_err(|_| bad())?;
+        let Some((config, _)) = input
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+        else {
+            return plan_err!("IcebergScanExec of {table}: its input is not a Parquet scan");
+        };
+        let config = FileScanConfigBuilder::from(config.clone())
+            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
+            .build();
+        Ok(Self::new(
+            table.to_string(),
+            i64::from_le_bytes(*snapshot),
+            usize::try_from(u64::from_le_bytes(*files)).map_err(|_| bad())?,
+            DataSourceExec::from_data_source(config),
+        ))
     }
 }
 

@@ -5,18 +5,22 @@
 //! pruning, never rows. Only comparisons whose literal has exactly the column's type are
 //! converted; a cast or a function of a column is left to DataFusion.
 
+use arrow::datatypes::Schema as ArrowSchema;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use iceberg::expr::{Predicate, Reference};
 use iceberg::spec::{Datum, PrimitiveType, Schema, Type};
 
+use super::schema::field_id;
+
 /// The conjunction of what can be converted of `filters`, whose columns are those of
-/// `table` (the schema the table was opened with), as a predicate on the columns of
-/// `snapshot` (the schema of the snapshot planned, which names a renamed column by its name
-/// of then); `None` when nothing can be converted.
+/// `table` (the Arrow schema the table was registered with, its fields carrying their
+/// Iceberg ids), as a predicate on the columns of `snapshot` (the schema of the snapshot
+/// planned, which names a renamed column by its name of then); `None` when nothing can be
+/// converted.
 pub(crate) fn planning_predicate(
     filters: &[Expr],
-    table: &Schema,
+    table: &ArrowSchema,
     snapshot: &Schema,
 ) -> Option<Predicate> {
     let schemas = Schemas { table, snapshot };
@@ -28,7 +32,7 @@ pub(crate) fn planning_predicate(
 
 /// The schema a filter's columns are named in, and the one the predicate is bound to.
 struct Schemas<'a> {
-    table: &'a Schema,
+    table: &'a ArrowSchema,
     snapshot: &'a Schema,
 }
 
@@ -107,15 +111,14 @@ fn reference(expr: &Expr, schema: &Schemas<'_>) -> Option<(Reference, PrimitiveT
     let Expr::Column(column) = expr else {
         return None;
     };
-    let field = schema.table.field_by_name(&column.name)?;
-    let then = schema.snapshot.field_by_id(field.id)?;
-    let (Type::Primitive(ty), Type::Primitive(then_ty)) =
-        (field.field_type.as_ref(), then.field_type.as_ref())
-    else {
+    let field = schema.table.field_with_name(&column.name).ok()?;
+    let then = schema.snapshot.field_by_id(field_id(field)?)?;
+    let Type::Primitive(ty) = then.field_type.as_ref() else {
         return None;
     };
-    // A promoted column is pruned by DataFusion alone.
-    (ty == then_ty).then(|| (Reference::new(&then.name), ty.clone()))
+    // The literal has the column's type now; `datum` converts it only if that is the type
+    // the snapshot had (a promoted column is pruned by DataFusion alone).
+    Some((Reference::new(&then.name), ty.clone()))
 }
 
 /// `value` as a datum of `ty`, if it has exactly that type (NULL is never converted).
@@ -146,6 +149,7 @@ fn datum(value: &ScalarValue, ty: &PrimitiveType) -> Option<Datum> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::iceberg::schema::arrow_schema;
     use datafusion::prelude::{col, lit};
     use iceberg::spec::NestedField;
 
@@ -162,7 +166,8 @@ mod tests {
     #[test]
     fn what_converts_is_kept_and_what_does_not_costs_pruning_only() {
         let s = schema();
-        let planning_predicate = |f: &[Expr], s: &Schema| planning_predicate(f, s, s);
+        let planning_predicate =
+            |f: &[Expr], s: &Schema| planning_predicate(f, &arrow_schema(s, "t").unwrap(), s);
         let p = planning_predicate(&[col("id").gt(lit(5i64)), col("city").eq(lit("Oslo"))], &s)
             .unwrap();
         assert_eq!(p.to_string(), "(id > 5) AND (city = \"Oslo\")");
@@ -192,6 +197,7 @@ mod tests {
             ])
             .build()
             .unwrap();
+        let now = arrow_schema(&now, "t").unwrap();
         let p = planning_predicate(&[col("key").eq(lit(1i64))], &now, &then).unwrap();
         assert_eq!(p.to_string(), "id = 1");
         // `city` now is another column than the snapshot's `city`: not in that snapshot.

@@ -100,19 +100,18 @@ impl IcebergTableBuilder {
                 (Some(location), newest)
             }
         };
-        let store_url = ObjectStoreUrl::parse(self.root.as_str())?;
         let mut table = IcebergTable {
             name,
+            store_url: ObjectStoreUrl::parse(self.root.as_str())?,
             root: self.root,
-            store_url,
-            storage,
+            store: Some(self.store),
             dir,
+            metadata: metadata.clone(),
             choice: self.snapshot,
-            iceberg_schema: Arc::new(empty_schema()?),
             schema: Arc::new(arrow::datatypes::Schema::empty()),
             loaded: Mutex::new(None),
         };
-        let loaded = table.load_metadata(metadata).await?;
+        let loaded = table.load_metadata(&storage, metadata).await?;
         let snapshot = table.snapshot_of(&loaded)?;
         let schema = match (&snapshot, table.choice) {
             // A pinned snapshot is read with its own schema, the newest with the current one.
@@ -122,7 +121,6 @@ impl IcebergTableBuilder {
             _ => loaded.table.metadata().current_schema().clone(),
         };
         table.schema = arrow_schema(&schema, &table.name)?;
-        table.iceberg_schema = schema;
         *lock(&table.loaded) = Some(loaded);
         Ok(table)
     }
@@ -136,14 +134,18 @@ pub struct IcebergTable {
     name: String,
     root: Url,
     store_url: ObjectStoreUrl,
-    storage: StoreStorage,
+    /// The store it was opened with; `None` for a table decoded in another process, which
+    /// reads through the store its session has for `root`.
+    store: Option<Arc<dyn ObjectStore>>,
     /// The table's directory, when opened by it (the newest metadata file is found again),
     /// `None` when opened by a metadata file.
     dir: Option<Path>,
+    /// The metadata file read when the table was opened: the one a chosen snapshot is read
+    /// from.
+    metadata: Path,
     choice: SnapshotChoice,
-    /// The table's columns (those of the snapshot read when one was chosen, else the
-    /// current schema), as Iceberg and as Arrow.
-    iceberg_schema: iceberg::spec::SchemaRef,
+    /// The table's columns: those of the snapshot read when one was chosen, else the
+    /// current schema when the table was opened; each field carries its Iceberg id.
     schema: SchemaRef,
     /// The metadata last read, and the file it was read from.
     loaded: Mutex<Option<Arc<Loaded>>>,
@@ -167,14 +169,79 @@ impl IcebergTable {
         lock(&self.loaded).as_ref().map(|l| l.table.metadata_ref())
     }
 
-    async fn load_metadata(&self, location: Path) -> Result<Arc<Loaded>> {
+    /// What another process needs to open this table as it is here (its schema travels
+    /// beside): its URL, its store's root, the metadata file it was read from, its directory
+    /// and the snapshot it reads, one per line.
+    pub fn to_parts(&self) -> String {
+        let choice = match self.choice {
+            SnapshotChoice::Latest => "latest".to_string(),
+            SnapshotChoice::Id(id) => format!("id {id}"),
+            SnapshotChoice::AsOf(millis) => format!("as-of {millis}"),
+        };
+        let dir = self.dir.as_ref().map_or("-", |d| d.as_ref());
+        [
+            self.name.as_str(),
+            self.root.as_str(),
+            self.metadata.as_ref(),
+            dir,
+            &choice,
+        ]
+        .join("\n")
+    }
+
+    /// The table [`IcebergTable::to_parts`] described, with `schema`: it reads its metadata
+    /// at its first scan, through the store the scanning session has for its root.
+    pub fn from_parts(parts: &str, schema: SchemaRef) -> Result<Self> {
+        let bad = || DataFusionError::Plan(format!("not an encoded Iceberg table: {parts:?}"));
+        let [name, root, metadata, dir, choice] = parts
+            .split('\n')
+            .collect::<Vec<_>>()
+            .try_into()
+            .map_err(|_| bad())?;
+        let root = Url::parse(root).map_err(|_| bad())?;
+        let number = |n: &str| n.parse::<i64>().map_err(|_| bad());
+        let choice = match choice.split_once(' ') {
+            None if choice == "latest" => SnapshotChoice::Latest,
+            Some(("id", id)) => SnapshotChoice::Id(number(id)?),
+            Some(("as-of", millis)) => SnapshotChoice::AsOf(number(millis)?),
+            _ => return Err(bad()),
+        };
+        Ok(Self {
+            name: name.to_string(),
+            store_url: ObjectStoreUrl::parse(root.as_str())?,
+            root,
+            store: None,
+            dir: (dir != "-").then(|| Path::from(dir)),
+            metadata: Path::from(metadata),
+            choice,
+            schema,
+            loaded: Mutex::new(None),
+        })
+    }
+
+    /// The storage the table reads through in `state`: the store it was opened with, else
+    /// the one the session has for its root (registered with it when it has none).
+    fn storage(&self, state: &dyn Session) -> Result<StoreStorage> {
+        let runtime = state.runtime_env();
+        let store = match (&self.store, runtime.object_store(&self.store_url)) {
+            (Some(own), Err(_)) => {
+                runtime.register_object_store(&self.root, Arc::clone(own));
+                Arc::clone(own)
+            }
+            (Some(own), Ok(_)) => Arc::clone(own),
+            (None, found) => found?,
+        };
+        Ok(StoreStorage::new(self.root.clone(), store))
+    }
+
+    async fn load_metadata(&self, storage: &StoreStorage, location: Path) -> Result<Arc<Loaded>> {
         let url = self
             .root
             .join(location.as_ref())
             .map_err(|e| DataFusionError::Execution(format!("{}: {e}", self.name)))?;
         let ident = TableIdent::from_strs(["lakecache", self.name.as_str()])
             .map_err(|e| iceberg_error(&self.name, e))?;
-        let table = StaticTable::from_metadata_file(url.as_str(), ident, self.storage.file_io())
+        let table = StaticTable::from_metadata_file(url.as_str(), ident, storage.file_io())
             .await
             .map_err(|e| iceberg_error(&self.name, e))?;
         Ok(Arc::new(Loaded {
@@ -184,25 +251,21 @@ impl IcebergTable {
     }
 
     /// The metadata to plan with: for the newest snapshot, that of the newest metadata file
-    /// (read again only when it changed).
-    async fn current(&self) -> Result<Arc<Loaded>> {
+    /// (read again only when it changed); else the one the table was opened with.
+    async fn current(&self, storage: &StoreStorage) -> Result<Arc<Loaded>> {
         let held = lock(&self.loaded).clone();
-        let (Some(dir), SnapshotChoice::Latest) = (&self.dir, self.choice) else {
-            if let Some(held) = held {
-                return Ok(held);
+        let location = match (&self.dir, self.choice) {
+            (Some(dir), SnapshotChoice::Latest) => {
+                newest_metadata(storage.store().as_ref(), dir, &self.name).await?
             }
-            return Err(DataFusionError::Internal(format!(
-                "{} was not loaded",
-                self.name
-            )));
+            _ => self.metadata.clone(),
         };
-        let newest = newest_metadata(self.storage.store().as_ref(), dir, &self.name).await?;
         if let Some(held) = held
-            && held.location == newest
+            && held.location == location
         {
             return Ok(held);
         }
-        let loaded = self.load_metadata(newest).await?;
+        let loaded = self.load_metadata(storage, location).await?;
         *lock(&self.loaded) = Some(Arc::clone(&loaded));
         Ok(loaded)
     }
@@ -263,8 +326,7 @@ impl IcebergTable {
             .schema(metadata)
             .map_err(|e| iceberg_error(&self.name, e))?;
         let mut scan = loaded.table.scan().snapshot_id(snapshot.snapshot_id());
-        if let Some(predicate) = planning_predicate(filters, &self.iceberg_schema, &snapshot_schema)
-        {
+        if let Some(predicate) = planning_predicate(filters, &self.schema, &snapshot_schema) {
             scan = scan.with_filter(predicate);
         }
         let scan = scan.build().map_err(|e| iceberg_error(&self.name, e))?;
@@ -306,9 +368,12 @@ impl IcebergTable {
     }
 
     /// `task`'s file as DataFusion scans it: its size and row count from the manifest.
-    fn partitioned_file(&self, task: &FileScanTask) -> Result<PartitionedFile> {
-        let path = self
-            .storage
+    fn partitioned_file(
+        &self,
+        storage: &StoreStorage,
+        task: &FileScanTask,
+    ) -> Result<PartitionedFile> {
+        let path = storage
             .path_of(&task.data_file_path)
             .map_err(|e| iceberg_error(&self.name, e))?;
         let mut file = PartitionedFile::new(path.to_string(), task.file_size_in_bytes);
@@ -360,7 +425,8 @@ impl TableProvider for IcebergTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let loaded = self.current().await?;
+        let storage = self.storage(state)?;
+        let loaded = self.current(&storage).await?;
         let Some(snapshot) = self.snapshot_of(&loaded)? else {
             let schema = match projection {
                 Some(p) => Arc::new(self.schema.project(p)?),
@@ -371,15 +437,11 @@ impl TableProvider for IcebergTable {
         let tasks = self.plan(&loaded, &snapshot, filters).await?;
         let files = tasks
             .iter()
-            .map(|t| self.partitioned_file(t))
+            .map(|t| self.partitioned_file(&storage, t))
             .collect::<Result<Vec<_>>>()?;
         let count = files.len();
         let groups = balanced(files, state.config().target_partitions());
 
-        let runtime = state.runtime_env();
-        if runtime.object_store(&self.store_url).is_err() {
-            runtime.register_object_store(&self.root, self.storage.store());
-        }
         let mut source = ParquetSource::new(TableSchema::from(Arc::clone(&self.schema)))
             .with_table_parquet_options(state.table_options().parquet.clone());
         if let Some(filter) = conjunction(filters.iter().cloned()) {
@@ -426,12 +488,6 @@ fn balanced(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
         .filter(|(_, files)| !files.is_empty())
         .map(|(_, files)| FileGroup::new(files))
         .collect()
-}
-
-fn empty_schema() -> Result<iceberg::spec::Schema> {
-    iceberg::spec::Schema::builder()
-        .build()
-        .map_err(|e| DataFusionError::Internal(e.to_string()))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

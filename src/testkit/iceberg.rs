@@ -81,6 +81,32 @@ pub fn cities(first: i64, n: usize) -> Vec<Values> {
     ]
 }
 
+/// The tables of the tests, at `location` (under `root`, the root of `store`): three appends
+/// of [`cities`] (ids 0..175); a column `extra` (long) added and an append with it (ids
+/// 175..195, `extra` = id * 10); `value` dropped and a last append (ids 195..200). Returns
+/// the writer and the snapshot ids, oldest first.
+pub async fn evolving_table(
+    store: Arc<dyn ObjectStore>,
+    root: &Url,
+    location: &str,
+) -> iceberg::Result<(IcebergWriter, Vec<i64>)> {
+    let mut w = IcebergWriter::create(store, root, location, "table", cities_schema()).await?;
+    let mut snapshots = Vec::new();
+    for (first, n) in [(0, 100), (100, 50), (150, 25)] {
+        snapshots.push(w.append(cities(first, n)).await?);
+    }
+    w.add_column("extra", PrimitiveType::Long).await?;
+    let mut columns = cities(175, 20);
+    columns.push(Values::Long((175..195).map(|i| Some(i * 10)).collect()));
+    snapshots.push(w.append(columns).await?);
+    w.drop_column("value").await?;
+    let mut columns = cities(195, 5);
+    columns.remove(2);
+    columns.push(Values::Long((195..200).map(|i| Some(i * 10)).collect()));
+    snapshots.push(w.append(columns).await?);
+    Ok((w, snapshots))
+}
+
 impl IcebergWriter {
     /// Creates the table `db.<name>` at `location` (an URL under `root`, the root of
     /// `store`) with `schema`, unpartitioned, format v2.
