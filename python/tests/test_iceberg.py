@@ -108,3 +108,52 @@ def test_an_unknown_snapshot_is_an_error_naming_the_table(tmp_path):
     table = write_evolving(cat, f"u{uuid.uuid4().hex[:6]}")
     with pytest.raises(Exception, match="has no snapshot 12345"):
         lc.LakeCache().iceberg_table(table.location(), storage, snapshot_id=12345)
+
+
+def test_position_deletes_duckdb_wrote_are_applied_at_every_snapshot(tmp_path):
+    """Merge-on-read: DuckDB's iceberg extension (through a REST catalog over the same SQL
+    catalog, python/tests/rest_catalog.py) deletes and updates rows by writing position
+    delete files; every snapshot's rows equal pyiceberg's, which applies them too."""
+    s3 = server()
+    if s3 is None:
+        pytest.skip("no S3 server (run under scripts/with-s3)")
+    import duckdb
+    import duckdb_extensions
+    from rest_catalog import serve
+    from s3_server import KEY
+
+    named = [w for w in warehouses(tmp_path) if w[0] == "s3"]
+    _, cat, storage = named[0]
+    table = write_evolving(cat, f"m{uuid.uuid4().hex[:6]}")
+    table.transaction().set_properties({"write.delete.mode": "merge-on-read"}).commit_transaction()
+    rest, http = serve(cat)
+    try:
+        con = duckdb.connect()
+        for extension in ("httpfs", "avro", "iceberg"):
+            duckdb_extensions.import_extension(extension, con=con)
+        endpoint, _ = s3
+        host = endpoint.split("://", 1)[1]
+        con.sql(
+            f"CREATE SECRET (TYPE s3, KEY_ID '{KEY}', SECRET '{KEY}', ENDPOINT '{host}', "
+            "URL_STYLE 'path', USE_SSL false, REGION 'us-east-1')"
+        )
+        con.sql(f"ATTACH 'warehouse' AS ice (TYPE iceberg, ENDPOINT '{rest}', AUTHORIZATION_TYPE 'none')")
+        name = table.name()[-1]
+        con.sql(f"DELETE FROM ice.db.{name} WHERE id % 7 = 0")
+        con.sql(f"UPDATE ice.db.{name} SET label = 'updated' WHERE id % 10 = 1")
+        con.sql(f"DELETE FROM ice.db.{name} WHERE id BETWEEN 80 AND 84")
+    finally:
+        http.shutdown()
+    table = cat.load_table(table.name())
+    deletes = [
+        s for s in table.snapshots() if int(s.summary.get("added-position-deletes") or 0) > 0
+    ]
+    assert len(deletes) >= 3, [s.summary for s in table.snapshots()]
+    lake = lc.LakeCache()
+    for snapshot in table.snapshots():
+        want = canonical(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow())
+        ctx = session(lake, table, storage, snapshot_id=snapshot.snapshot_id)
+        assert ours(ctx) == want, (snapshot.snapshot_id, snapshot.summary.operation)
+    newest = session(lake, table, storage)
+    assert ours(newest) == canonical(table.scan().to_arrow())
+    assert ours(newest, "SELECT count(*) AS n FROM t") == [{"n": len(table.scan().to_arrow())}]

@@ -20,8 +20,11 @@
 //!   ([`field_ids`]): renamed, dropped, re-added and reordered columns and the type
 //!   promotions the spec allows read right.
 //!
+//! - position deletes (merge-on-read, format v2) become a row selection of each data file
+//!   ([`deletes`]), applied by the Parquet scan.
+//!
 //! What is not read yet is refused with an error naming the table and the file: data files
-//! other than Parquet, and merge-on-read delete files (position and equality deletes).
+//! other than Parquet, and equality deletes.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,6 +51,7 @@
 //! # }
 //! ```
 
+mod deletes;
 mod exec;
 mod factory;
 mod field_ids;

@@ -22,18 +22,22 @@ use datafusion::physical_plan::empty::EmptyExec;
 use futures::TryStreamExt;
 use iceberg::TableIdent;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataContentType, DataFileFormat, SnapshotRef, TableMetadata};
+use iceberg::spec::{DataFileFormat, SnapshotRef, TableMetadata};
 use iceberg::table::StaticTable;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
 
+use super::deletes::surviving_rows;
 use super::exec::IcebergScanExec;
 use super::field_ids::FieldIdAdapterFactory;
 use super::locate::{is_metadata_file, newest_metadata};
 use super::predicate::planning_predicate;
 use super::schema::arrow_schema;
 use super::storage::StoreStorage;
+
+/// How many files of a scan read their delete files at once.
+const DELETE_READS: usize = 32;
 
 /// Which snapshot a table reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,23 +356,12 @@ impl IcebergTable {
                 self.name, task.data_file_path, task.data_file_format
             )));
         }
-        if let Some(delete) = task.deletes.first() {
-            let kind = match delete.file_type {
-                DataContentType::PositionDeletes => "position deletes",
-                DataContentType::EqualityDeletes => "equality deletes",
-                DataContentType::Data => "deletes",
-            };
-            return Err(DataFusionError::NotImplemented(format!(
-                "Iceberg table {}: {} has {kind} ({}); merge-on-read deletes are not read by the \
-                 iceberg feature yet (tables whose deletes rewrite data files are)",
-                self.name, task.data_file_path, delete.file_path
-            )));
-        }
         Ok(())
     }
 
-    /// `task`'s file as DataFusion scans it: its size and row count from the manifest.
-    fn partitioned_file(
+    /// `task`'s file as DataFusion scans it: its size and row count from the manifest, and
+    /// the rows its position deletes leave.
+    async fn partitioned_file(
         &self,
         storage: &StoreStorage,
         task: &FileScanTask,
@@ -389,6 +382,11 @@ impl IcebergTable {
                 )));
             };
             file = file.with_range(start, end);
+        }
+        let survivors = surviving_rows(&self.name, storage, task).await?;
+        if let Some(survivors) = survivors {
+            // The manifest's row count is the file's, not what its deletes leave.
+            return Ok(file.with_extension(survivors));
         }
         if let (true, Some(rows)) = (whole, task.record_count) {
             let mut statistics = Statistics::new_unknown(&self.schema);
@@ -435,10 +433,12 @@ impl TableProvider for IcebergTable {
             return Ok(Arc::new(EmptyExec::new(schema)));
         };
         let tasks = self.plan(&loaded, &snapshot, filters).await?;
-        let files = tasks
-            .iter()
-            .map(|t| self.partitioned_file(&storage, t))
-            .collect::<Result<Vec<_>>>()?;
+        // Files with deletes read their delete files, many at once, each through the caches.
+        let mut files = Vec::with_capacity(tasks.len());
+        for chunk in tasks.chunks(DELETE_READS) {
+            let read = chunk.iter().map(|t| self.partitioned_file(&storage, t));
+            files.extend(futures::future::try_join_all(read).await?);
+        }
         let count = files.len();
         let groups = balanced(files, state.config().target_partitions());
 
