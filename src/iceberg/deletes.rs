@@ -49,6 +49,10 @@ pub(crate) async fn surviving_rows(
     let mut deleted = BTreeSet::new();
     for delete in &task.deletes {
         match delete.file_type {
+            // A v3 deletion vector is a blob of a Puffin file, not a Parquet file of rows.
+            DataContentType::PositionDeletes if delete.file_path.ends_with(".puffin") => {
+                return Err(refused(delete, "a deletion vector (format v3)"));
+            }
             DataContentType::PositionDeletes => {
                 positions(
                     table,
