@@ -133,6 +133,14 @@ async fn a_warm_query_sends_no_request_and_a_cold_one_reads_each_manifest_once()
         let ctx = session(&b, &lake, &counted);
         register(&ctx, &b, "t", "").await;
         let cold = rows(&ctx, sql).await.unwrap();
+        // Data files are versioned by the manifests (path and size): no HEAD, cold too.
+        assert_eq!(
+            counted.counts().head,
+            0,
+            "{}: {:?}",
+            b.name,
+            counted.counts()
+        );
         let mut per_path: HashMap<String, usize> = HashMap::new();
         for (path, _) in counted.gets() {
             *per_path.entry(path.to_string()).or_default() += 1;

@@ -10,6 +10,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::DefaultParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
@@ -442,8 +443,13 @@ impl TableProvider for IcebergTable {
         let count = files.len();
         let groups = balanced(files, state.config().target_partitions());
 
+        // DataFusion's own reader factory, as its Parquet tables get: the query planner of an
+        // installed session (a Ballista executor's codec too) replaces it with the caches'
+        // reader, versioned by the manifests, and a prefetcher.
+        let reader = DefaultParquetFileReaderFactory::new(storage.store());
         let mut source = ParquetSource::new(TableSchema::from(Arc::clone(&self.schema)))
-            .with_table_parquet_options(state.table_options().parquet.clone());
+            .with_table_parquet_options(state.table_options().parquet.clone())
+            .with_parquet_file_reader_factory(Arc::new(reader));
         if let Some(filter) = conjunction(filters.iter().cloned()) {
             let df_schema = DFSchema::try_from(Arc::clone(&self.schema))?;
             source = source.with_predicate(state.create_physical_expr(filter, &df_schema)?);
