@@ -157,3 +157,26 @@ def test_position_deletes_duckdb_wrote_are_applied_at_every_snapshot(tmp_path):
     newest = session(lake, table, storage)
     assert ours(newest) == canonical(table.scan().to_arrow())
     assert ours(newest, "SELECT count(*) AS n FROM t") == [{"n": len(table.scan().to_arrow())}]
+
+
+
+def test_a_column_promoted_after_registration_is_an_error_naming_the_table(tmp_path):
+    import time
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField
+
+    _, cat, storage = warehouses(tmp_path)[0]
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "n", IntegerType()))
+    table = cat.create_table(f"db.p{uuid.uuid4().hex[:6]}", schema=schema)
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "n": pa.array([1, 2], pa.int32())}, schema=table.schema().as_arrow()))
+    # The newest metadata file is looked for again once the listing (kept 10 ms) expires.
+    ctx = session(lc.LakeCache(handle_list_ttl="10ms"), table, storage)
+    assert ours(ctx, "SELECT sum(n) AS s FROM t") == [{"s": 3}]
+    with table.update_schema() as update:
+        update.update_column("n", field_type=LongType())
+    table.append(pa.table({"id": pa.array([3], pa.int64()), "n": pa.array([2**40], pa.int64())}, schema=table.schema().as_arrow()))
+    time.sleep(0.05)
+    with pytest.raises(Exception, match="column n is Int64 now, Int32 when the table was registered"):
+        ours(ctx, "SELECT sum(n) AS s FROM t")

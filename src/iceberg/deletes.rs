@@ -11,9 +11,10 @@
 //! and the file; so are v3 deletion vectors (Puffin files), which the crate's planning does
 //! not hand to a reader as position deletes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use arrow::array::{Array, AsArray};
+use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::error::{DataFusionError, Result};
@@ -25,69 +26,114 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection
 
 use super::storage::StoreStorage;
 
-/// The rows of `task`'s data file its delete files leave, as a selection over the whole
-/// file; `None` when it has no deletes (or they name none of its rows).
-pub(crate) async fn surviving_rows(
-    table: &str,
-    storage: &StoreStorage,
-    task: &FileScanTask,
-) -> Result<Option<ParquetRowSelection>> {
-    if task.deletes.is_empty() {
-        return Ok(None);
-    }
-    let refused = |delete: &FileScanTaskDeleteFile, what: &str| {
-        DataFusionError::NotImplemented(format!(
-            "Iceberg table {table}: {} has {what} ({}); the iceberg feature applies position \
-             deletes only",
-            task.data_file_path, delete.file_path
-        ))
-    };
-    let Some(rows) = task.record_count else {
-        let first = &task.deletes[0];
-        return Err(refused(first, "deletes and a split without a row count"));
-    };
-    let mut deleted = BTreeSet::new();
-    for delete in &task.deletes {
-        match delete.file_type {
-            // A v3 deletion vector is a blob of a Puffin file, not a Parquet file of rows.
-            DataContentType::PositionDeletes if delete.file_path.ends_with(".puffin") => {
-                return Err(refused(delete, "a deletion vector (format v3)"));
-            }
-            DataContentType::PositionDeletes => {
-                positions(
-                    table,
-                    storage,
-                    delete,
-                    &task.data_file_path,
-                    rows,
-                    &mut deleted,
-                )
-                .await?;
-            }
-            DataContentType::EqualityDeletes => return Err(refused(delete, "equality deletes")),
-            DataContentType::Data => return Err(refused(delete, "a data file as a delete")),
-        }
-    }
-    if deleted.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(ParquetRowSelection::new(selection(&deleted, rows))))
+/// The positions each position delete file of a scan names, by the data file they name:
+/// each delete file read and decoded once per scan, however many data files it applies to
+/// (the iceberg crate attaches every delete file of a partition to each of its data files).
+#[derive(Debug, Default)]
+pub(crate) struct ScanDeletes {
+    by_delete_file: HashMap<String, HashMap<String, Vec<u64>>>,
 }
 
-/// Adds to `deleted` the positions below `rows` that the position delete file `delete`
-/// names for the data file `data_file`.
+impl ScanDeletes {
+    /// Reads the position delete files of `tasks`, [`DELETE_READS`] at once, each decoded on
+    /// a blocking thread. Refuses, naming the table and the file, the deletes it cannot
+    /// apply.
+    pub(crate) async fn read(
+        table: &str,
+        storage: &StoreStorage,
+        tasks: &[FileScanTask],
+    ) -> Result<Self> {
+        let mut distinct: Vec<&FileScanTaskDeleteFile> = Vec::new();
+        let mut seen = HashSet::new();
+        for task in tasks {
+            if !task.deletes.is_empty() && task.record_count.is_none() {
+                return Err(refused(
+                    table,
+                    task,
+                    &task.deletes[0],
+                    "deletes and no row count",
+                ));
+            }
+            for delete in &task.deletes {
+                match delete.file_type {
+                    // A v3 deletion vector is a blob of a Puffin file, not a Parquet file.
+                    DataContentType::PositionDeletes if delete.file_path.ends_with(".puffin") => {
+                        return Err(refused(
+                            table,
+                            task,
+                            delete,
+                            "a deletion vector (format v3)",
+                        ));
+                    }
+                    DataContentType::PositionDeletes => {
+                        if seen.insert(delete.file_path.as_str()) {
+                            distinct.push(delete);
+                        }
+                    }
+                    DataContentType::EqualityDeletes => {
+                        return Err(refused(table, task, delete, "equality deletes"));
+                    }
+                    DataContentType::Data => {
+                        return Err(refused(table, task, delete, "a data file as a delete"));
+                    }
+                }
+            }
+        }
+        let mut by_delete_file = HashMap::with_capacity(distinct.len());
+        for chunk in distinct.chunks(DELETE_READS) {
+            let reads = chunk.iter().map(|d| positions(table, storage, d));
+            for (delete, found) in chunk
+                .iter()
+                .zip(futures::future::try_join_all(reads).await?)
+            {
+                by_delete_file.insert(delete.file_path.clone(), found);
+            }
+        }
+        Ok(Self { by_delete_file })
+    }
+
+    /// The rows of `task`'s data file its delete files leave, as a selection over the
+    /// whole file; `None` when it has no deletes, or they name none of its rows.
+    pub(crate) fn surviving_rows(&self, task: &FileScanTask) -> Option<ParquetRowSelection> {
+        let rows = task.record_count?;
+        let mut deleted = BTreeSet::new();
+        for delete in &task.deletes {
+            let named = self
+                .by_delete_file
+                .get(&delete.file_path)
+                .and_then(|by_data_file| by_data_file.get(&task.data_file_path));
+            deleted.extend(named.into_iter().flatten().filter(|p| **p < rows));
+        }
+        (!deleted.is_empty()).then(|| ParquetRowSelection::new(selection(&deleted, rows)))
+    }
+}
+
+/// How many delete files a scan reads at once.
+const DELETE_READS: usize = 32;
+
+fn refused(
+    table: &str,
+    task: &FileScanTask,
+    delete: &FileScanTaskDeleteFile,
+    what: &str,
+) -> DataFusionError {
+    DataFusionError::NotImplemented(format!(
+        "Iceberg table {table}: {} has {what} ({}); the iceberg feature applies position \
+         deletes only",
+        task.data_file_path, delete.file_path
+    ))
+}
+
+/// The positions the position delete file `delete` names, by the data file they name.
 async fn positions(
     table: &str,
     storage: &StoreStorage,
     delete: &FileScanTaskDeleteFile,
-    data_file: &str,
-    rows: u64,
-    deleted: &mut BTreeSet<u64>,
-) -> Result<()> {
-    let error = |e: &dyn std::fmt::Display| {
+) -> Result<HashMap<String, Vec<u64>>> {
+    let name = delete.file_path.clone();
+    let error = move |e: &dyn std::fmt::Display| {
         DataFusionError::Execution(format!(
-            "Iceberg table {table}: reading the position deletes {}: {e}",
-            delete.file_path
+            "Iceberg table {table}: reading the position deletes {name}: {e}"
         ))
     };
     // A delete file is small and read whole: one ranged read, kept by the range cache (it
@@ -98,48 +144,51 @@ async fn positions(
         .get_range(&path, 0..delete.file_size_in_bytes)
         .await
         .map_err(|e| error(&e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| error(&e))?;
-    // The spec's field ids: file_path 2147483546, pos 2147483545; their names are fixed too.
+    let decoded = tokio::task::spawn_blocking(move || decode(bytes))
+        .await
+        .map_err(|e| error(&e))?;
+    decoded.map_err(|e| error(&e))
+}
+
+/// The `file_path` and `pos` columns of a position delete file, grouped by `file_path`.
+fn decode(bytes: bytes::Bytes) -> std::result::Result<HashMap<String, Vec<u64>>, String> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
+    // The spec's names for fields 2147483546 and 2147483545.
     let columns = ["file_path", "pos"].map(|name| builder.schema().index_of(name));
     let [Ok(file_path), Ok(pos)] = columns else {
-        return Err(error(&"no file_path and pos columns"));
+        return Err("no file_path and pos columns".to_string());
     };
     let mask = ProjectionMask::roots(builder.parquet_schema(), [file_path, pos]);
     let batches = builder
         .with_projection(mask)
         .build()
-        .map_err(|e| error(&e))?;
+        .map_err(|e| e.to_string())?;
+    let mut found: HashMap<String, Vec<u64>> = HashMap::new();
     for batch in batches {
-        let batch = batch.map_err(|e| error(&e))?;
-        let paths = batch.column(0);
+        let batch = batch.map_err(|e| e.to_string())?;
+        let paths = cast(batch.column(0), &DataType::Utf8).map_err(|e| e.to_string())?;
+        let paths = paths.as_string::<i32>();
         let positions = batch.column(1);
         if positions.data_type() != &DataType::Int64 {
-            return Err(error(&format!(
-                "pos is {}, not long",
-                positions.data_type()
-            )));
+            return Err(format!("pos is {}, not long", positions.data_type()));
         }
         let positions = positions.as_primitive::<Int64Type>();
-        let matches = |i: usize| -> bool {
-            match paths.data_type() {
-                DataType::Utf8 => paths.as_string::<i32>().value(i) == data_file,
-                DataType::LargeUtf8 => paths.as_string::<i64>().value(i) == data_file,
-                DataType::Utf8View => paths.as_string_view().value(i) == data_file,
-                _ => false,
-            }
-        };
         for i in 0..batch.num_rows() {
-            if paths.is_valid(i) && positions.is_valid(i) && matches(i) {
-                let position = positions.value(i);
-                if let Ok(position) = u64::try_from(position)
-                    && position < rows
-                {
-                    deleted.insert(position);
+            if paths.is_valid(i)
+                && positions.is_valid(i)
+                && let Ok(position) = u64::try_from(positions.value(i))
+            {
+                let path = paths.value(i);
+                match found.get_mut(path) {
+                    Some(list) => list.push(position),
+                    None => {
+                        found.insert(path.to_string(), vec![position]);
+                    }
                 }
             }
         }
     }
-    Ok(())
+    Ok(found)
 }
 
 /// The selection of `rows` rows that skips `deleted`.

@@ -3,14 +3,19 @@
 //! bytes, so no HEAD is sent), shows the table and snapshot in `EXPLAIN`, and passes
 //! everything else (batches, partitions, statistics, filters) through.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 
 use super::field_ids::FieldIdAdapterFactory;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Statistics, internal_err, plan_err};
-use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -56,39 +61,141 @@ impl IcebergScanExec {
         self.snapshot
     }
 
-    /// This node without its input, as bytes: how it crosses to another process (a plan
-    /// codec sends its input as DataFusion encodes a Parquet scan).
+    /// This node as bytes: how it crosses to another process, where a plan codec sends its
+    /// input as DataFusion encodes a Parquet scan. That encoding carries neither the scan's
+    /// expression adapter nor its files' row selections (the rows position deletes leave),
+    /// so the selections travel here, by file.
     pub fn encode(&self) -> Vec<u8> {
-        let mut buf = Vec::with_capacity(16 + self.table.len());
-        buf.extend_from_slice(&self.snapshot.to_le_bytes());
-        buf.extend_from_slice(&(self.files as u64).to_le_bytes());
-        buf.extend_from_slice(self.table.as_bytes());
-        buf
+        let mut out = Encoder::default();
+        out.u64(self.snapshot as u64);
+        out.u64(self.files as u64);
+        out.text(&self.table);
+        let selected: Vec<(String, &RowSelection)> = scan_files(&self.input)
+            .filter_map(|f| {
+                let selection = f.extension::<ParquetRowSelection>()?;
+                Some((f.object_meta.location.to_string(), selection.selection()))
+            })
+            .collect();
+        out.u64(selected.len() as u64);
+        for (path, selection) in selected {
+            out.text(&path);
+            let selectors: Vec<RowSelector> = selection.iter().copied().collect();
+            out.u64(selectors.len() as u64);
+            for s in selectors {
+                out.u64(s.row_count as u64);
+                out.0.push(u8::from(s.skip));
+            }
+        }
+        out.0
     }
 
     /// The node [`IcebergScanExec::encode`] gave `buf` for, over `input`, the Parquet scan it
-    /// had, decoded. DataFusion's encoding of a scan does not carry its expression adapter,
-    /// so the scan is given back the one that matches columns by field id.
+    /// had, decoded: the scan is given back the adapter that matches columns by field id and
+    /// its files' row selections.
     pub fn decode(buf: &[u8], input: Arc<dyn ExecutionPlan>) -> Result<Self> {
-        let bad = || DataFusionError::Plan("not an encoded IcebergScanExec".to_string());
-        let (snapshot, rest) = buf.split_first_chunk::<8>().ok_or_else(bad)?;
-        let (files, table) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
-        let table = std::str::from_utf8(table).map_err(|_| bad())?;
+        let mut d = Decoder(buf);
+        let snapshot = d.u64()? as i64;
+        let files = usize::try_from(d.u64()?).map_err(|_| bad())?;
+        let table = d.text()?;
+        let mut selections = HashMap::new();
+        for _ in 0..d.u64()? {
+            let path = d.text()?;
+            let mut selectors = Vec::new();
+            for _ in 0..d.u64()? {
+                let count = usize::try_from(d.u64()?).map_err(|_| bad())?;
+                selectors.push(match d.byte()? {
+                    0 => RowSelector::select(count),
+                    _ => RowSelector::skip(count),
+                });
+            }
+            selections.insert(path, RowSelection::from(selectors));
+        }
         let Some((config, _)) = input
             .downcast_ref::<DataSourceExec>()
             .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
         else {
             return plan_err!("IcebergScanExec of {table}: its input is not a Parquet scan");
         };
+        let groups = config
+            .file_groups
+            .iter()
+            .map(|group| {
+                FileGroup::new(
+                    group
+                        .iter()
+                        .map(|f| match selections.get(f.object_meta.location.as_ref()) {
+                            Some(s) => f
+                                .clone()
+                                .with_extension(ParquetRowSelection::new(s.clone())),
+                            None => f.clone(),
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
         let config = FileScanConfigBuilder::from(config.clone())
+            .with_file_groups(groups)
             .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
             .build();
         Ok(Self::new(
-            table.to_string(),
-            i64::from_le_bytes(*snapshot),
-            usize::try_from(u64::from_le_bytes(*files)).map_err(|_| bad())?,
+            table,
+            snapshot,
+            files,
             DataSourceExec::from_data_source(config),
         ))
+    }
+}
+
+/// The files of the Parquet scan `plan` is.
+fn scan_files(plan: &Arc<dyn ExecutionPlan>) -> impl Iterator<Item = &PartitionedFile> {
+    plan.downcast_ref::<DataSourceExec>()
+        .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+        .into_iter()
+        .flat_map(|(config, _)| config.file_groups.iter().flat_map(|g| g.iter()))
+}
+
+fn bad() -> DataFusionError {
+    DataFusionError::Plan("not an encoded IcebergScanExec".to_string())
+}
+
+/// Little-endian integers and length-prefixed text.
+#[derive(Default)]
+struct Encoder(Vec<u8>);
+
+impl Encoder {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn text(&mut self, s: &str) {
+        self.u64(s.len() as u64);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+}
+
+struct Decoder<'a>(&'a [u8]);
+
+impl Decoder<'_> {
+    fn u64(&mut self) -> Result<u64> {
+        let (v, rest) = self.0.split_first_chunk::<8>().ok_or_else(bad)?;
+        self.0 = rest;
+        Ok(u64::from_le_bytes(*v))
+    }
+
+    fn byte(&mut self) -> Result<u8> {
+        let (v, rest) = self.0.split_first().ok_or_else(bad)?;
+        self.0 = rest;
+        Ok(*v)
+    }
+
+    fn text(&mut self) -> Result<String> {
+        let n = usize::try_from(self.u64()?).map_err(|_| bad())?;
+        if n > self.0.len() {
+            return Err(bad());
+        }
+        let (text, rest) = self.0.split_at(n);
+        self.0 = rest;
+        String::from_utf8(text.to_vec()).map_err(|_| bad())
     }
 }
 
@@ -208,4 +315,60 @@ impl ExecutionPlan for IcebergScanExec {
 /// Whether `plan` is an Iceberg table's scan (the hook the caches' planner is given).
 pub(crate) fn is_iceberg_scan(plan: &dyn ExecutionPlan) -> bool {
     plan.downcast_ref::<IcebergScanExec>().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::table_schema::TableSchema;
+    use datafusion::execution::object_store::ObjectStoreUrl;
+
+    fn scan(files: Vec<PartitionedFile>) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+        let source = ParquetSource::new(TableSchema::from(schema));
+        let url = ObjectStoreUrl::parse("s3://bucket").unwrap();
+        let config = FileScanConfigBuilder::new(url, Arc::new(source))
+            .with_file_groups(vec![FileGroup::new(files)])
+            .build();
+        DataSourceExec::from_data_source(config)
+    }
+
+    #[test]
+    fn the_rows_deletes_leave_cross_the_wire_with_the_node() {
+        let selection = RowSelection::from(vec![
+            RowSelector::select(3),
+            RowSelector::skip(2),
+            RowSelector::select(5),
+        ]);
+        let deleted = PartitionedFile::new("t/data/a.parquet", 100)
+            .with_extension(ParquetRowSelection::new(selection.clone()));
+        let whole = PartitionedFile::new("t/data/b.parquet", 100);
+        let node = IcebergScanExec::new("s3://bucket/t".into(), 7, 2, scan(vec![deleted, whole]));
+        let bytes = node.encode();
+
+        // What DataFusion's encoding gives the other side: the files without extensions.
+        let plain = vec![
+            PartitionedFile::new("t/data/a.parquet", 100),
+            PartitionedFile::new("t/data/b.parquet", 100),
+        ];
+        let decoded = IcebergScanExec::decode(&bytes, scan(plain)).unwrap();
+        assert_eq!(
+            (decoded.table(), decoded.snapshot_id()),
+            ("s3://bucket/t", 7)
+        );
+        let files: Vec<_> = scan_files(&decoded.input).collect();
+        let got = files[0]
+            .extension::<ParquetRowSelection>()
+            .map(|s| s.selection());
+        assert_eq!(got, Some(&selection));
+        assert!(files[1].extension::<ParquetRowSelection>().is_none());
+        let (config, _) = decoded
+            .input
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|e| e.downcast_to_file_source::<ParquetSource>())
+            .unwrap();
+        assert!(config.expr_adapter_factory.is_some());
+        assert!(IcebergScanExec::decode(&bytes[..bytes.len() - 1], scan(vec![])).is_err());
+    }
 }

@@ -5,7 +5,7 @@
 //! pruning); DataFusion's own Parquet scan reads the data files, with row-group, page-index
 //! and bloom-filter pruning and filter pushdown as for any Parquet table:
 //!
-//! - the library reads through a `Storage` over the session's store ([`storage`]), so
+//! - the library reads through a `Storage` over the session's store (`storage.rs`), so
 //!   metadata files, manifest lists and manifests go through the handle, index and range
 //!   caches; all are written once, so a warm planning sends no request;
 //! - a table opened by its directory finds its newest metadata file again at each scan
@@ -17,11 +17,11 @@
 //!   file is never rewritten in place, so its path and size name its bytes, no HEAD is sent,
 //!   and its bytes are kept across sessions and on the disk tier;
 //! - a file's columns are matched to the table's by field id, not by name
-//!   ([`field_ids`]): renamed, dropped, re-added and reordered columns and the type
+//!   (`field_ids.rs`): renamed, dropped, re-added and reordered columns and the type
 //!   promotions the spec allows read right.
 //!
 //! - position deletes (merge-on-read, format v2) become a row selection of each data file
-//!   ([`deletes`]), applied by the Parquet scan.
+//!   (`deletes.rs`), applied by the Parquet scan.
 //!
 //! What is not read yet is refused with an error naming the table and the file: data files
 //! other than Parquet, and equality deletes.

@@ -1,9 +1,10 @@
 //! [`IcebergTable`]: an Iceberg table as a DataFusion `TableProvider`, and its builder.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::stats::Precision;
@@ -29,16 +30,13 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
 
-use super::deletes::surviving_rows;
+use super::deletes::ScanDeletes;
 use super::exec::IcebergScanExec;
 use super::field_ids::FieldIdAdapterFactory;
 use super::locate::{is_metadata_file, newest_metadata};
 use super::predicate::planning_predicate;
-use super::schema::arrow_schema;
+use super::schema::{arrow_schema, field_id};
 use super::storage::StoreStorage;
-
-/// How many files of a scan read their delete files at once.
-const DELETE_READS: usize = 32;
 
 /// Which snapshot a table reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +347,36 @@ impl IcebergTable {
         Ok(tasks)
     }
 
+    /// Refuses to read the newest snapshot as the schema the table was registered with when a
+    /// column of it changed type since: its files' values would be cast back to the old
+    /// type. (A column renamed, added or dropped since reads right by field id.)
+    fn check_schema(&self, loaded: &Loaded) -> Result<()> {
+        if self.choice != SnapshotChoice::Latest {
+            return Ok(());
+        }
+        let current = arrow_schema(loaded.table.metadata().current_schema(), &self.name)?;
+        let now: HashMap<i32, &DataType> = current
+            .fields()
+            .iter()
+            .filter_map(|f| Some((field_id(f)?, f.data_type())))
+            .collect();
+        for field in self.schema.fields() {
+            let Some(id) = field_id(field) else { continue };
+            if let Some(ty) = now.get(&id)
+                && *ty != field.data_type()
+            {
+                return Err(DataFusionError::Plan(format!(
+                    "Iceberg table {}: column {} is {ty} now, {} when the table was registered; \
+                     register the table again",
+                    self.name,
+                    field.name(),
+                    field.data_type()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses what the scan cannot read right yet, naming the table and the file.
     fn check_supported(&self, task: &FileScanTask) -> Result<()> {
         if task.data_file_format != DataFileFormat::Parquet {
@@ -362,9 +390,10 @@ impl IcebergTable {
 
     /// `task`'s file as DataFusion scans it: its size and row count from the manifest, and
     /// the rows its position deletes leave.
-    async fn partitioned_file(
+    fn partitioned_file(
         &self,
         storage: &StoreStorage,
+        deletes: &ScanDeletes,
         task: &FileScanTask,
     ) -> Result<PartitionedFile> {
         let path = storage
@@ -384,8 +413,7 @@ impl IcebergTable {
             };
             file = file.with_range(start, end);
         }
-        let survivors = surviving_rows(&self.name, storage, task).await?;
-        if let Some(survivors) = survivors {
+        if let Some(survivors) = deletes.surviving_rows(task) {
             // The manifest's row count is the file's, not what its deletes leave.
             return Ok(file.with_extension(survivors));
         }
@@ -426,6 +454,7 @@ impl TableProvider for IcebergTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let storage = self.storage(state)?;
         let loaded = self.current(&storage).await?;
+        self.check_schema(&loaded)?;
         let Some(snapshot) = self.snapshot_of(&loaded)? else {
             let schema = match projection {
                 Some(p) => Arc::new(self.schema.project(p)?),
@@ -434,12 +463,11 @@ impl TableProvider for IcebergTable {
             return Ok(Arc::new(EmptyExec::new(schema)));
         };
         let tasks = self.plan(&loaded, &snapshot, filters).await?;
-        // Files with deletes read their delete files, many at once, each through the caches.
-        let mut files = Vec::with_capacity(tasks.len());
-        for chunk in tasks.chunks(DELETE_READS) {
-            let read = chunk.iter().map(|t| self.partitioned_file(&storage, t));
-            files.extend(futures::future::try_join_all(read).await?);
-        }
+        let deletes = ScanDeletes::read(&self.name, &storage, &tasks).await?;
+        let files = tasks
+            .iter()
+            .map(|t| self.partitioned_file(&storage, &deletes, t))
+            .collect::<Result<Vec<_>>>()?;
         let count = files.len();
         let groups = balanced(files, state.config().target_partitions());
 
