@@ -81,8 +81,14 @@ fn version_of(file: &str) -> Option<u64> {
     {
         return Some(n);
     }
+    // `%05d-<uuid>`: a version of at least five digits, then a whole UUID. A Hadoop writer's
+    // temporary `<uuid>.metadata.json` whose first group happens to be all digits is not one.
     let (n, uuid) = stem.split_once('-')?;
-    (!uuid.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    let is_uuid = uuid.len() == 36
+        && uuid.bytes().enumerate().all(|(i, b)| {
+            matches!(i, 8 | 13 | 18 | 23) == (b == b'-') && (b == b'-' || b.is_ascii_hexdigit())
+        });
+    (is_uuid && n.len() >= 5 && n.bytes().all(|b| b.is_ascii_digit()))
         .then(|| n.parse().ok())
         .flatten()
 }
@@ -105,6 +111,11 @@ mod tests {
             version_of("00007-0b8a3e5c-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json"),
             Some(7)
         );
+        // A temporary file named by a UUID whose first group is all digits.
+        assert_eq!(
+            version_of("12345678-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json"),
+            None
+        );
         assert_eq!(version_of("version-hint.text"), None);
         assert_eq!(version_of("snap-1-1-abc.avro"), None);
         assert_eq!(version_of("x-abc.metadata.json"), None);
@@ -115,9 +126,10 @@ mod tests {
         let store = InMemory::new();
         let table = Path::from("db/t");
         for file in [
-            "00001-a.metadata.json",
-            "00010-b.metadata.json",
-            "00002-c.metadata.json",
+            "00001-9b2f4e1a-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json",
+            "00010-0b8a3e5c-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json",
+            "00002-1c8a3e5c-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json",
+            "87654321-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json",
             "snap-1.avro",
         ] {
             store
@@ -129,7 +141,10 @@ mod tests {
                 .unwrap();
         }
         let newest = newest_metadata(&store, &table, "t").await.unwrap();
-        assert_eq!(newest.as_ref(), "db/t/metadata/00010-b.metadata.json");
+        assert_eq!(
+            newest.as_ref(),
+            "db/t/metadata/00010-0b8a3e5c-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json"
+        );
 
         // A hint behind the highest version is passed, as Iceberg probes past it.
         store
@@ -140,7 +155,10 @@ mod tests {
             .await
             .unwrap();
         let newest = newest_metadata(&store, &table, "t").await.unwrap();
-        assert_eq!(newest.as_ref(), "db/t/metadata/00010-b.metadata.json");
+        assert_eq!(
+            newest.as_ref(),
+            "db/t/metadata/00010-0b8a3e5c-4d4e-4b4c-9c1f-0a6b1e0e3a11.metadata.json"
+        );
         let hinted = from_hint(&store, &Path::from("db/t/metadata"), "t")
             .await
             .unwrap();
