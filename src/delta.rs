@@ -3,7 +3,7 @@
 //! A Delta table registered in an installed session needs nothing from delta-rs to be cached:
 //!
 //! - its scans resolve the table's store from the session's registry, which hands out a
-//!   [`CachingObjectStore`]: handle, index and range caching for data files, deletion
+//!   [`CachingObjectStore`](crate::CachingObjectStore): handle, index and range caching for data files, deletion
 //!   vectors, checkpoints and commits read at scan time;
 //! - the query planner `install()` gives the session recognises delta-rs's `DeltaScanExec`
 //!   in the final plan (this module registers that hook) and gives the Parquet scans below it
@@ -52,11 +52,11 @@ use deltalake_core::{DeltaResult, DeltaTableBuilder, DeltaTableError};
 use object_store::ObjectStore;
 use url::Url;
 
-use crate::store::{Caches, CachingObjectStore};
+use crate::store::{Caches, cached_store, store_root};
 
 /// A `DeltaTableBuilder` for the table at `table_url` whose log store reads through the
 /// caches of `lake`: `store` is the store of the URL's root (the bucket, or `file:///`), as
-/// a session would register it; a [`CachingObjectStore`] is used as it is.
+/// a session would register it; a [`CachingObjectStore`](crate::CachingObjectStore) is used as it is.
 ///
 /// For `s3://`, `gs://` and `az://` URLs delta-rs needs the log store of that scheme
 /// registered (`deltalake_aws::register_handlers` and the like, or
@@ -67,11 +67,9 @@ pub fn table_builder(
     store: Arc<dyn ObjectStore>,
 ) -> DeltaResult<DeltaTableBuilder> {
     let caches: &Caches = lake.as_ref();
-    let root = root_of(table_url)?;
-    let store = match caches.directory.find(&store) {
-        Some(_) => store,
-        None => Arc::new(CachingObjectStore::over_registered(store, &root, caches)) as _,
-    };
+    let root = store_root(table_url)
+        .ok_or_else(|| DeltaTableError::InvalidTableLocation(table_url.to_string()))?;
+    let store = cached_store(store, &root, caches);
     Ok(DeltaTableBuilder::from_url(table_url.clone())?
         .with_storage_backend(store, table_url.clone()))
 }
@@ -116,18 +114,6 @@ impl LogStoreFactory for DefaultLogStores {
             options,
         ))
     }
-}
-
-/// The URL of the store root `table_url` is in: its scheme, host and port.
-fn root_of(table_url: &Url) -> DeltaResult<Url> {
-    let mut root = table_url.clone();
-    root.set_path("/");
-    root.set_query(None);
-    root.set_fragment(None);
-    if root.cannot_be_a_base() {
-        return Err(DeltaTableError::InvalidTableLocation(table_url.to_string()));
-    }
-    Ok(root)
 }
 
 /// Whether `plan` is delta-rs's scan of a Delta table.

@@ -183,14 +183,8 @@ impl PyLakeCache {
         storage_options: Option<HashMap<String, String>>,
     ) -> PyResult<PyTable> {
         let what = format!("Delta table {url}");
-        let state = self.session(url, storage_options.unwrap_or_default())?;
-        let parsed = ListingTableUrl::parse(url).map_err(|e| error(&what, e))?;
-        let store = state
-            .runtime_env()
-            .object_store(parsed.object_store())
-            .map_err(|e| error(&what, e))?;
+        let (state, store, table_url) = self.table_store(url, storage_options, &what)?;
         let lake = self.lake.clone();
-        let table_url: url::Url = AsRef::<url::Url>::as_ref(&parsed).clone();
         // The module links no deltalake-aws: delta-rs's default log store reads every cloud
         // table (the module only reads).
         datafusion_lakecache::delta::register_default_log_stores();
@@ -233,14 +227,8 @@ impl PyLakeCache {
             (None, Some(millis)) => SnapshotChoice::AsOf(millis),
             (None, None) => SnapshotChoice::Latest,
         };
-        let state = self.session(url, storage_options.unwrap_or_default())?;
-        let parsed = ListingTableUrl::parse(url).map_err(|e| error(&what, e))?;
-        let store = state
-            .runtime_env()
-            .object_store(parsed.object_store())
-            .map_err(|e| error(&what, e))?;
+        let (state, store, table_url) = self.table_store(url, storage_options, &what)?;
         let lake = self.lake.clone();
-        let table_url: url::Url = AsRef::<url::Url>::as_ref(&parsed).clone();
         let table = py.detach(|| {
             tokio()?.block_on(async move {
                 table_builder(&lake, &table_url, store)
@@ -337,6 +325,26 @@ impl PyLakeCache {
 }
 
 impl PyLakeCache {
+    /// The installed session of the store of `url` with `options`, that store (the caches'
+    /// wrapper), and the table's URL: what a table format's builder is handed. `what` names
+    /// the table in errors.
+    #[cfg(any(feature = "delta", feature = "iceberg"))]
+    fn table_store(
+        &self,
+        url: &str,
+        options: Option<HashMap<String, String>>,
+        what: &str,
+    ) -> PyResult<(SessionState, Arc<dyn object_store::ObjectStore>, url::Url)> {
+        let state = self.session(url, options.unwrap_or_default())?;
+        let parsed = ListingTableUrl::parse(url).map_err(|e| error(what, e))?;
+        let store = state
+            .runtime_env()
+            .object_store(parsed.object_store())
+            .map_err(|e| error(what, e))?;
+        let table_url = AsRef::<url::Url>::as_ref(&parsed).clone();
+        Ok((state, store, table_url))
+    }
+
     /// The installed session of the store of `url` with `options`: made once per store, so
     /// every table over it shares one store identity and what it has shown it can read.
     fn session(&self, url: &str, options: HashMap<String, String>) -> PyResult<SessionState> {

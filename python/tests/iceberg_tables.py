@@ -1,8 +1,8 @@
 """Iceberg tables pyiceberg writes, for the tests and the benchmark: a SQL catalog (SQLite)
 over a warehouse on the local disk or on the S3 server, and two tables whose snapshots cover
 what a reader must get right: appends, a copy-on-write delete and overwrites, a schema
-changed by rename, add, drop and type promotion, and partitions by identity, day and
-bucket."""
+changed by rename, add, drop and type promotion, partitions by identity, day and bucket,
+and list and struct columns."""
 
 import datetime
 
@@ -16,9 +16,11 @@ from pyiceberg.types import (
     DoubleType,
     FloatType,
     IntegerType,
+    ListType,
     LongType,
     NestedField,
     StringType,
+    StructType,
     TimestampType,
     TimestamptzType,
 )
@@ -115,13 +117,16 @@ def _partitioned_rows(table, first, n):
                 for i in ids
             ],
             "amount": [i * 1.5 for i in ids],
+            "tags": [[f"t{i % 3}", f"u{i % 5}"] if i % 4 else None for i in ids],
+            "point": [{"x": i * 0.5, "y": -float(i)} if i % 6 else None for i in ids],
         },
         schema=table.schema().as_arrow(),
     )
 
 
 def write_partitioned(cat, name):
-    """A table partitioned by identity(category), day(ts) and bucket(4, id): two appends, an
+    """A table partitioned by identity(category), day(ts) and bucket(4, id), with a list and a
+    struct column: two appends, an
     overwrite of the `beta` partition, a delete of the `gamma` partition (metadata only) and
     a copy-on-write delete of amounts below 30."""
     schema = Schema(
@@ -130,6 +135,10 @@ def write_partitioned(cat, name):
         NestedField(3, "ts", TimestampType()),
         NestedField(4, "at", TimestamptzType()),
         NestedField(5, "amount", DoubleType()),
+        NestedField(6, "tags", ListType(7, StringType(), element_required=True)),
+        NestedField(
+            8, "point", StructType(NestedField(9, "x", DoubleType()), NestedField(10, "y", DoubleType()))
+        ),
     )
     spec = PartitionSpec(
         PartitionField(2, 1000, IdentityTransform(), "category"),

@@ -227,7 +227,7 @@ impl FilesOf {
         if self.files.is_empty() {
             return vec![FileGroup::new(Vec::new())];
         }
-        super::groups::balanced(self.files.clone(), n.clamp(1, self.files.len()))
+        crate::table::balanced(self.files.clone(), n)
     }
 }
 

@@ -27,6 +27,7 @@ use datafusion::error::Result;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::affinity::{object_key, preferred_executor};
+use crate::table::balanced;
 
 /// `plan` with each file scan's files regrouped by preferred executor among `executors`
 /// (sorted names); see the module docs.
@@ -139,22 +140,6 @@ fn shares(by_owner: &BTreeMap<String, Vec<PartitionedFile>>, n: usize) -> Option
         k[i] -= 1;
     }
     Some(k)
-}
-
-/// `files` in `k` groups of about equal bytes (largest first, each to the lightest group).
-pub(super) fn balanced(mut files: Vec<PartitionedFile>, k: usize) -> Vec<FileGroup> {
-    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
-    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = vec![(0, Vec::new()); k];
-    for file in files {
-        if let Some(lightest) = groups.iter_mut().min_by_key(|(bytes, _)| *bytes) {
-            lightest.0 += file.object_meta.size;
-            lightest.1.push(file);
-        }
-    }
-    groups
-        .into_iter()
-        .map(|(_, files)| FileGroup::new(files))
-        .collect()
 }
 
 #[cfg(test)]

@@ -72,12 +72,12 @@ pub(crate) use exec::is_iceberg_scan;
 pub use factory::{IcebergOptions, IcebergTableFactory};
 pub use table::{IcebergTable, IcebergTableBuilder, SnapshotChoice};
 
-use crate::store::{Caches, CachingObjectStore};
+use crate::store::{Caches, cached_store, store_root};
 
 /// The builder of the Iceberg table at `table_url` (its directory, or one of its
 /// `*.metadata.json` files) read through the caches of `lake`: `store` is the store of the
 /// URL's root (the bucket, or `file:///`), as a session would register it; a
-/// [`CachingObjectStore`] is used as it is.
+/// [`CachingObjectStore`](crate::CachingObjectStore) is used as it is.
 pub fn table_builder(
     lake: &impl AsRef<Caches>,
     table_url: &Url,
@@ -85,10 +85,7 @@ pub fn table_builder(
 ) -> Result<IcebergTableBuilder> {
     let caches: &Caches = lake.as_ref();
     let root = root_of(table_url)?;
-    let store = match caches.directory.find(&store) {
-        Some(_) => store,
-        None => Arc::new(CachingObjectStore::over_registered(store, &root, caches)) as _,
-    };
+    let store = cached_store(store, &root, caches);
     Ok(IcebergTableBuilder::new(table_url.clone(), root, store))
 }
 
@@ -104,14 +101,7 @@ pub fn storage_factory(
 
 /// The URL of the store root `table_url` is in: its scheme, host and port.
 fn root_of(table_url: &Url) -> Result<Url> {
-    let mut root = table_url.clone();
-    root.set_path("/");
-    root.set_query(None);
-    root.set_fragment(None);
-    if root.cannot_be_a_base() {
-        return Err(DataFusionError::Plan(format!(
-            "{table_url} is not the URL of an Iceberg table"
-        )));
-    }
-    Ok(root)
+    store_root(table_url).ok_or_else(|| {
+        DataFusionError::Plan(format!("{table_url} is not the URL of an Iceberg table"))
+    })
 }

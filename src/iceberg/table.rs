@@ -11,8 +11,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::parquet::DefaultParquetFileReaderFactory;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::{DataFusionError, Result};
@@ -37,6 +36,7 @@ use super::locate::{is_metadata_file, newest_metadata};
 use super::predicate::planning_predicate;
 use super::schema::{arrow_schema, field_id};
 use super::storage::StoreStorage;
+use crate::table::balanced;
 
 /// Which snapshot a table reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,45 +276,26 @@ impl IcebergTable {
     /// The snapshot the table reads in `loaded`; `None` for a table with no snapshot yet.
     fn snapshot_of(&self, loaded: &Loaded) -> Result<Option<SnapshotRef>> {
         let metadata = loaded.table.metadata();
-        match self.choice {
-            SnapshotChoice::Latest => Ok(metadata.current_snapshot().cloned()),
-            SnapshotChoice::Id(id) => {
-                metadata
-                    .snapshot_by_id(id)
-                    .cloned()
-                    .map(Some)
-                    .ok_or_else(|| {
-                        DataFusionError::Plan(format!(
-                            "Iceberg table {} has no snapshot {id}",
-                            self.name
-                        ))
-                    })
-            }
-            SnapshotChoice::AsOf(millis) => {
-                let id = metadata
-                    .history()
-                    .iter()
-                    .filter(|log| log.timestamp_ms <= millis)
-                    .max_by_key(|log| log.timestamp_ms)
-                    .map(|log| log.snapshot_id)
-                    .ok_or_else(|| {
-                        DataFusionError::Plan(format!(
-                            "Iceberg table {} has no snapshot at or before {millis} ms",
-                            self.name
-                        ))
-                    })?;
-                metadata
-                    .snapshot_by_id(id)
-                    .cloned()
-                    .map(Some)
-                    .ok_or_else(|| {
-                        DataFusionError::Plan(format!(
-                            "Iceberg table {}: snapshot {id} of its history has expired",
-                            self.name
-                        ))
-                    })
-            }
-        }
+        let missing = |what: String| {
+            DataFusionError::Plan(format!("Iceberg table {} has no {what}", self.name))
+        };
+        let id = match self.choice {
+            SnapshotChoice::Latest => return Ok(metadata.current_snapshot().cloned()),
+            SnapshotChoice::Id(id) => id,
+            // The snapshot log: which snapshot was current from when.
+            SnapshotChoice::AsOf(millis) => metadata
+                .history()
+                .iter()
+                .filter(|log| log.timestamp_ms <= millis)
+                .max_by_key(|log| log.timestamp_ms)
+                .map(|log| log.snapshot_id)
+                .ok_or_else(|| missing(format!("snapshot at or before {millis} ms")))?,
+        };
+        let snapshot = metadata.snapshot_by_id(id).cloned();
+        // A snapshot of the log may have expired since.
+        snapshot
+            .map(Some)
+            .ok_or_else(|| missing(format!("snapshot {id}")))
     }
 
     /// The files of `snapshot` that may hold rows matching `filters`, planned by the library.
@@ -471,13 +452,11 @@ impl TableProvider for IcebergTable {
         let count = files.len();
         let groups = balanced(files, state.config().target_partitions());
 
-        // DataFusion's own reader factory, as its Parquet tables get: the query planner of an
-        // installed session (a Ballista executor's codec too) replaces it with the caches'
-        // reader, versioned by the manifests, and a prefetcher.
-        let reader = DefaultParquetFileReaderFactory::new(storage.store());
+        // No reader factory: the query planner of an installed session (a Ballista
+        // executor's codec too) gives the scan the caches' reader, versioned by the
+        // manifests, and a prefetcher.
         let mut source = ParquetSource::new(TableSchema::from(Arc::clone(&self.schema)))
-            .with_table_parquet_options(state.table_options().parquet.clone())
-            .with_parquet_file_reader_factory(Arc::new(reader));
+            .with_table_parquet_options(state.table_options().parquet.clone());
         if let Some(filter) = conjunction(filters.iter().cloned()) {
             let df_schema = DFSchema::try_from(Arc::clone(&self.schema))?;
             source = source.with_predicate(state.create_physical_expr(filter, &df_schema)?);
@@ -504,24 +483,6 @@ impl TableProvider for IcebergTable {
     fn get_logical_plan(&self) -> Option<Cow<'_, datafusion::logical_expr::LogicalPlan>> {
         None
     }
-}
-
-/// `files` in at most `n` groups of about equal bytes (largest first, each to the lightest).
-fn balanced(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
-    let n = n.max(1).min(files.len().max(1));
-    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
-    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
-    for file in files {
-        if let Some(lightest) = groups.iter_mut().min_by_key(|(bytes, _)| *bytes) {
-            lightest.0 += file.object_meta.size;
-            lightest.1.push(file);
-        }
-    }
-    groups
-        .into_iter()
-        .filter(|(_, files)| !files.is_empty())
-        .map(|(_, files)| FileGroup::new(files))
-        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

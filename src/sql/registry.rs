@@ -1,5 +1,5 @@
 //! [`LakeObjectStoreRegistry`]: every object store a session registers is handed out wrapped
-//! in a [`CachingObjectStore`], so plain `ListingTable`s, other table providers and Ballista
+//! in a [`CachingObjectStore`](crate::CachingObjectStore), so plain `ListingTable`s, other table providers and Ballista
 //! executors get handle and range caching without plan changes.
 //!
 //! The wrapper goes on top of whatever the inner registry makes of a store (datafusion-cli's
@@ -13,12 +13,11 @@ use std::sync::Arc;
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use object_store::ObjectStore;
-use object_store::local::LocalFileSystem;
 use url::Url;
 
 use crate::object::StoreKey;
+use crate::store::Caches;
 use crate::store::SessionStores;
-use crate::store::{Caches, CachingObjectStore};
 
 /// Wraps the stores of an inner registry; see the module docs.
 #[derive(Debug)]
@@ -45,24 +44,7 @@ impl LakeObjectStoreRegistry {
     }
 
     fn wrap(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
-        if self.caches.directory.find(&store).is_some() {
-            return store;
-        }
-        // A root `LocalFileSystem` is rebuilt as one we can read through cached descriptors;
-        // any other store (a prefixed local one included) is wrapped as it is, with the
-        // identity of that instance.
-        if url.scheme() == "file" && crate::store::is_root_local(store.as_ref()) {
-            return Arc::new(CachingObjectStore::new(
-                LocalFileSystem::new(),
-                url,
-                &self.caches,
-            ));
-        }
-        Arc::new(CachingObjectStore::over_registered(
-            store,
-            url,
-            &self.caches,
-        ))
+        crate::store::cached_store(store, url, &self.caches)
     }
 
     fn lock(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<StoreKey, Arc<dyn ObjectStore>>> {

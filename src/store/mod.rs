@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
+use url::Url;
 
 pub(crate) use checked::datafusion_caches;
 pub(crate) use hedge::Hedges;
@@ -188,6 +189,35 @@ impl Directory {
         let map = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&id)?.upgrade().map(StoreReads::from_inner)
     }
+}
+
+/// `store`, registered for `url` (a store root), as the caches read it: itself if it is one
+/// of their wrappers already; a root `LocalFileSystem` rebuilt as one that reads through
+/// cached descriptors; any other store (a prefixed local one included) wrapped as it is,
+/// with the identity of that instance. What a session's registry does with each store
+/// registered in it, and what a table format does with the store it is handed.
+pub(crate) fn cached_store(
+    store: Arc<dyn ObjectStore>,
+    url: &Url,
+    caches: &Caches,
+) -> Arc<dyn ObjectStore> {
+    if caches.directory.find(&store).is_some() {
+        return store;
+    }
+    if url.scheme() == "file" && is_root_local(store.as_ref()) {
+        return Arc::new(CachingObjectStore::new(LocalFileSystem::new(), url, caches));
+    }
+    Arc::new(CachingObjectStore::over_registered(store, url, caches))
+}
+
+/// The URL of the store root `url` is in: its scheme, host and port (`None` for a URL that
+/// cannot be a base, which no store serves).
+pub(crate) fn store_root(url: &Url) -> Option<Url> {
+    let mut root = url.clone();
+    root.set_path("/");
+    root.set_query(None);
+    root.set_fragment(None);
+    (!root.cannot_be_a_base()).then_some(root)
 }
 
 /// Whether `store` reads the process's file system from its root, as every

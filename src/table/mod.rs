@@ -16,6 +16,7 @@
 //! - `factory.rs`: [`LakeTableFactory`] for `CREATE EXTERNAL TABLE ... STORED AS PARQUET`.
 
 mod factory;
+mod file_groups;
 mod planner;
 mod prune;
 mod reader;
@@ -39,6 +40,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, T
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use factory::LakeTableFactory;
+pub(crate) use file_groups::balanced;
 pub(crate) use planner::LakeQueryPlanner;
 use reader::LakeReaderFactory;
 pub(crate) use scans::NamesFilesByLog;

@@ -76,15 +76,16 @@ impl ScanCaches {
         prefetch: bool,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let scan = |config: &FileScanConfig, source: &ParquetSource, above: Above| {
-            let Some(current) = source.parquet_file_reader_factory() else {
-                return Ok(None);
-            };
-            // Reader factories are not `Any`; DataFusion's own are recognised by type name.
-            // Another product's factory, and encrypted scans (whose readers need decryption
-            // properties the footer loads do not use), are left as they are.
-            let name = type_name(current.as_ref());
-            let ours = name == "CachedParquetFileReaderFactory"
-                || name == "DefaultParquetFileReaderFactory";
+            // Reader factories are not `Any`; DataFusion's own are recognised by type name,
+            // and a scan with none (a table format's, built by hand) gets DataFusion's default
+            // when it opens a file. Another product's factory, and encrypted scans (whose
+            // readers need decryption properties the footer loads do not use), are left as
+            // they are.
+            let ours = source.parquet_file_reader_factory().is_none_or(|current| {
+                let name = type_name(current.as_ref());
+                name == "CachedParquetFileReaderFactory"
+                    || name == "DefaultParquetFileReaderFactory"
+            });
             if !ours || encrypted(source) {
                 return Ok(None);
             }
