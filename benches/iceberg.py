@@ -1,5 +1,7 @@
 """An Iceberg table of 200 data files on the S3 server behind a proxy that holds every
-request `LAKECACHE_S3_LATENCY_MS` (one delay per real request), read three ways in one run:
+request (one delay per real request) for an S3-like wait around `LAKECACHE_S3_LATENCY_MS`
+(`LAKECACHE_S3_LATENCY_SPREAD=s3`: log-normal, one in a hundred 20 times longer), read three
+ways in one run:
 datafusion-python with the module's table (`LakeCache.iceberg_table`), pyiceberg's own scan
 (`table.scan(...).to_arrow()`, then pyarrow for the aggregate), and DuckDB with its iceberg
 extension (`iceberg_scan` of the table's metadata file). The table is written by pyiceberg
@@ -134,14 +136,16 @@ def main():
     parser.add_argument("--warm", type=int, default=5)
     args = parser.parse_args()
     endpoint, bucket = server()
-    latency = os.environ.get("LAKECACHE_S3_LATENCY_MS", "0")
+    latency = os.environ.get("LAKECACHE_S3_LATENCY_MS", "0") + " ms"
+    if os.environ.get("LAKECACHE_S3_LATENCY_SPREAD") == "s3":
+        latency += " (the median of S3-like waits)"
     directory = tempfile.mkdtemp()
     cat = catalog(directory, f"s3://{bucket}/ib-{uuid.uuid4().hex[:8]}", endpoint)
     table = write_table(cat, args.appends, args.partitions, args.rows)
     files = len(list(table.scan().plan_files()))
     metadata = table.metadata_location
     print(
-        f"{files} data files in {args.appends} manifests, {files * args.rows} rows, at {latency} ms "
+        f"{files} data files in {args.appends} manifests, {files * args.rows} rows, at {latency} "
         f"per request; datafusion {datafusion.__version__}, duckdb {duckdb.__version__}; first "
         f"contact: median of {args.runs} new states; warm: median of {args.warm} runs"
     )

@@ -11,12 +11,18 @@ With DELAY_MS, every HTTP request the client sends is held that long before it i
 as a remote store's round trip would: one delay per request, and connections do not wait for
 each other, so concurrent requests overlap as they would against a real store.
 
+With LAKECACHE_S3_LATENCY_SPREAD=s3, each request's hold is drawn as the testkit's
+`LatencyStore::s3_like` draws it (one request per wait): log-normal with sigma 0.5 around
+DELAY_MS (its median), and one request in a hundred 20 times longer, from a fixed seed.
+
 With LAKECACHE_PROXY_COUNTS naming a file, the method of every request is appended to it, one
 per line: how benchmarks count the requests of clients that count none themselves.
 
 usage: tcp-proxy.py LISTEN_PORT TARGET_PORT [DELAY_MS]
 """
+import math
 import os
+import random
 import socket
 import sys
 import threading
@@ -25,6 +31,20 @@ import time
 METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 COUNTS = os.environ.get("LAKECACHE_PROXY_COUNTS")
 COUNTS_LOCK = threading.Lock()
+S3_LIKE = os.environ.get("LAKECACHE_S3_LATENCY_SPREAD") == "s3"
+DRAWS = random.Random(7)
+DRAWS_LOCK = threading.Lock()
+
+
+def hold(median):
+    """How long one request is held: `median`, or an S3-like draw around it."""
+    if not S3_LIKE:
+        return median
+    with DRAWS_LOCK:
+        wait = median * math.exp(0.5 * DRAWS.gauss(0.0, 1.0))
+        if DRAWS.random() < 0.01:
+            wait *= 20
+    return wait
 
 
 def count(data):
@@ -46,7 +66,7 @@ def pipe(src, dst, quickack, delay):
             if not quickack and data.startswith(METHODS):
                 count(data)
                 if delay:
-                    time.sleep(delay)
+                    time.sleep(hold(delay))
             dst.sendall(data)
     except OSError:
         pass
