@@ -24,7 +24,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Remote, arg, memory_lake, ms, remote, run};
+use common::{Remote, arg, list, memory_lake, ms, remote, run};
 use datafusion::error::Result;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
@@ -120,24 +120,11 @@ fn median(mut runs: Vec<Contact>) -> Contact {
     runs[runs.len() / 2]
 }
 
-fn list(name: &str, default: &str) -> Vec<u64> {
-    let args: Vec<String> = std::env::args().collect();
-    let text = args
-        .iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |s| s.as_str())
-        .to_string();
-    text.split(',')
-        .map(|v| v.trim().parse().expect("a comma-separated list of numbers"))
-        .collect()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let runs = arg("--runs", 3) as usize;
-    let latencies = list("--latencies", "25,5,100");
-    let partitions = list("--partitions", "2,8,16");
+    let latencies = list("--latencies", &[25, 5, 100]);
+    let partitions = list("--partitions", &[2, 8, 16]);
     println!(
         "first contact (CREATE EXTERNAL TABLE + first query), S3-like e_tags, one 1 Gbit/s \
          link; medians of {runs} fresh process states; GETs exclude hedged copies"

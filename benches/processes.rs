@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{arg, context, memory_lake, ms, remote_s3_like, run};
+use common::{arg, context, memory_lake, ms, remote_s3_like, run, text};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::prelude::ParquetReadOptions;
 use datafusion_lakecache::LakeCache;
@@ -36,12 +36,6 @@ static HEAP: common::CountingHeap = common::CountingHeap;
 const SQL: &str = "SELECT category, count(*), sum(id), max(value) FROM t GROUP BY category";
 const LATENCY: Duration = Duration::from_millis(25);
 const BANDWIDTH: u64 = 125_000_000;
-
-fn text_arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let at = args.iter().position(|a| a == name)?;
-    args.get(at + 1).cloned()
-}
 
 fn fail(what: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Execution(what.to_string())
@@ -257,15 +251,15 @@ fn main() -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    if let Some(dir) = text_arg("--worker") {
+    if let Some(dir) = text("--worker") {
         return runtime.block_on(worker(FsPath::new(&dir), files as usize));
     }
-    let sizes: Vec<u64> = text_arg("--entries")
+    let sizes: Vec<u64> = text("--entries")
         .unwrap_or_else(|| "100000,1000000".into())
         .split(',')
         .map(|s| s.parse().map_err(fail))
         .collect::<Result<_>>()?;
-    match text_arg("--scenario").as_deref() {
+    match text("--scenario").as_deref() {
         Some("scans") => scans(files),
         Some("open") => runtime.block_on(open(&sizes)),
         _ => {

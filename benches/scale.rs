@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{heap_live_mib, ms, peak_rss_mib};
+use common::{heap_live_mib, list, ms, peak_rss_mib, text};
 
 /// Counts the live heap, to tell what a run holds from what the allocator keeps (RSS).
 #[global_allocator]
@@ -61,28 +61,6 @@ const URL: &str = "s3://lake";
 const TABLE: &str = "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION 's3://lake/lake/'";
 const COUNT: &str = "SELECT count(*) FROM t";
 const SCAN: &str = "SELECT sum(v) FROM t";
-
-/// The numbers after `--name` (comma-separated), or `default`.
-fn list(name: &str, default: &[u64]) -> Vec<u64> {
-    let args: Vec<String> = std::env::args().collect();
-    match args
-        .iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-    {
-        Some(v) => v
-            .split(',')
-            .map(|n| n.trim().parse().unwrap_or_else(|_| panic!("{name}: {v}")))
-            .collect(),
-        None => default.to_vec(),
-    }
-}
-
-fn text(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let at = args.iter().position(|a| a == name)?;
-    args.get(at + 1).cloned()
-}
 
 /// One tiny Parquet file: 10 rows of `id` and `v`, one row group, with statistics.
 fn tiny_file() -> Bytes {

@@ -21,7 +21,7 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{arg, context, ms, remote_s3_like};
+use common::{arg, context, ms, remote_s3_like, text};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
@@ -54,13 +54,6 @@ fn queries() -> Vec<(String, String)> {
         }
     }
     queries
-}
-
-/// The text after `--name` on the command line.
-fn text(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let at = args.iter().position(|a| a == name)?;
-    args.get(at + 1).cloned()
 }
 
 /// The data directory: `--data DIR`, or `target/tpch/sf0.1`.

@@ -74,6 +74,29 @@ pub fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The numbers after `--name` (comma-separated), or `default`.
+pub fn list(name: &str, default: &[u64]) -> Vec<u64> {
+    let args: Vec<String> = std::env::args().collect();
+    match args
+        .iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+    {
+        Some(v) => v
+            .split(',')
+            .map(|n| n.trim().parse().unwrap_or_else(|_| panic!("{name}: {v}")))
+            .collect(),
+        None => default.to_vec(),
+    }
+}
+
+/// The text after `--name` on the command line.
+pub fn text(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).cloned()
+}
+
 /// A session of 2 partitions: installed from `cache` if given, else vanilla DataFusion.
 pub fn context(cache: Option<&LakeCache>) -> Result<SessionContext> {
     testkit::context(cache, SessionConfig::new().with_target_partitions(2))
