@@ -63,16 +63,47 @@ pub const DEFAULT_LIVENESS: Duration = Duration::from_secs(180);
 /// The executor of `executors` that `object` prefers: the one with the highest rendezvous
 /// score. `None` if there is none.
 pub fn preferred_executor<'a>(executors: &'a [String], object: &str) -> Option<&'a String> {
-    executors
-        .iter()
-        .max_by_key(|executor| score(executor, object))
+    let at = Rendezvous::new(executors).owner(object_hash(object))?;
+    executors.get(at)
 }
 
-fn score(executor: &str, object: &str) -> u64 {
-    let mut hasher = XxHash64::with_seed(0x1a4e_cac4e);
-    hasher.write(executor.as_bytes());
-    hasher.write_u8(0);
-    hasher.write(object.as_bytes());
+/// Seed of the names hashed for placement.
+const SEED: u64 = 0x1a4e_cac4e;
+
+/// Executors' names hashed once, to score many objects against: a stage of a million files
+/// over a hundred executors scores a hundred million pairs, so a pair's score combines two
+/// 64-bit hashes rather than hashing both names again.
+pub(crate) struct Rendezvous {
+    executors: Vec<u64>,
+}
+
+impl Rendezvous {
+    pub(crate) fn new(executors: &[String]) -> Self {
+        let executors = executors
+            .iter()
+            .map(|e| XxHash64::oneshot(SEED, e.as_bytes()))
+            .collect();
+        Self { executors }
+    }
+
+    /// The index of the executor the object of hash `object` ([`object_hash`]) prefers.
+    pub(crate) fn owner(&self, object: u64) -> Option<usize> {
+        let bytes = object.to_le_bytes();
+        (0..self.executors.len()).max_by_key(|&i| XxHash64::oneshot(self.executors[i], &bytes))
+    }
+}
+
+/// The hash of an object's name ([`object_key`]) that placement scores it by.
+pub(crate) fn object_hash(object: &str) -> u64 {
+    XxHash64::oneshot(SEED, object.as_bytes())
+}
+
+/// [`object_hash`] of [`object_key`]`(store, location)`, without making the key.
+pub(crate) fn object_hash_of(store: &ObjectStoreUrl, location: &Path) -> u64 {
+    let mut hasher = XxHash64::with_seed(SEED);
+    hasher.write(store.as_str().as_bytes());
+    hasher.write(b"/");
+    hasher.write(location.as_ref().as_bytes());
     hasher.finish()
 }
 
@@ -126,13 +157,11 @@ struct Owners {
 
 impl Owners {
     fn of(keys: &StageKeys, alive: &[String]) -> Self {
+        let rendezvous = Rendezvous::new(alive);
         let of = keys
             .iter()
             .map(|key| match key.as_ref()? {
-                Preference::Object(object) => {
-                    let owner = preferred_executor(alive, object)?;
-                    alive.iter().position(|a| a == owner)
-                }
+                Preference::Object(object) => rendezvous.owner(object_hash(object)),
                 Preference::Executor(name) => alive.iter().position(|a| a == name),
             })
             .collect();
@@ -761,5 +790,18 @@ mod tests {
             );
         }
         assert_eq!(preferred_executor(&[], "x"), None);
+    }
+
+    #[test]
+    fn an_objects_hash_from_its_parts_is_that_of_its_key() {
+        let store = ObjectStoreUrl::parse("s3://lake").unwrap();
+        for location in ["t/part-0.parquet", "a b/%/x=1/f.parquet", ""] {
+            let location = Path::from(location);
+            assert_eq!(
+                object_hash_of(&store, &location),
+                object_hash(&object_key(&store, &location)),
+                "{location}"
+            );
+        }
     }
 }

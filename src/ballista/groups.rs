@@ -26,7 +26,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::affinity::{object_key, preferred_executor};
+use super::affinity::{Rendezvous, object_hash_of};
 use crate::table::balanced;
 
 /// `plan` with each file scan's files regrouped by preferred executor among `executors`
@@ -76,15 +76,17 @@ fn regroup(config: &FileScanConfig, executors: &[String]) -> Option<Vec<FileGrou
     {
         return None;
     }
-    // Each file's preferred executor, hashed once (a file scores every executor).
-    let owners: Vec<Vec<&String>> = config
+    // Each file's preferred executor, by its index in `executors`.
+    let rendezvous = Rendezvous::new(executors);
+    let owners: Vec<Vec<usize>> = config
         .file_groups
         .iter()
         .map(|g| {
             g.iter()
                 .map(|file| {
-                    let key = object_key(&config.object_store_url, &file.object_meta.location);
-                    preferred_executor(executors, &key)
+                    let object =
+                        object_hash_of(&config.object_store_url, &file.object_meta.location);
+                    rendezvous.owner(object)
                 })
                 .collect::<Option<_>>()
         })
@@ -92,13 +94,11 @@ fn regroup(config: &FileScanConfig, executors: &[String]) -> Option<Vec<FileGrou
     if owners.iter().all(|g| g.windows(2).all(|w| w[0] == w[1])) {
         return None;
     }
-    let mut by_owner: BTreeMap<String, Vec<PartitionedFile>> = BTreeMap::new();
+    // By owner, in the executors' (sorted) order.
+    let mut by_owner: BTreeMap<usize, Vec<PartitionedFile>> = BTreeMap::new();
     for (group, owners) in config.file_groups.iter().zip(&owners) {
         for (file, owner) in group.iter().zip(owners) {
-            by_owner
-                .entry((*owner).clone())
-                .or_default()
-                .push(file.clone());
+            by_owner.entry(*owner).or_default().push(file.clone());
         }
     }
     let shares = shares(&by_owner, n)?;
@@ -111,7 +111,7 @@ fn regroup(config: &FileScanConfig, executors: &[String]) -> Option<Vec<FileGrou
 
 /// How many of `n` groups each owner's files get: at least one each, about in proportion to
 /// their bytes, never more than an owner has files. `None` if that cannot make `n`.
-fn shares(by_owner: &BTreeMap<String, Vec<PartitionedFile>>, n: usize) -> Option<Vec<usize>> {
+fn shares(by_owner: &BTreeMap<usize, Vec<PartitionedFile>>, n: usize) -> Option<Vec<usize>> {
     let bytes: Vec<u64> = by_owner
         .values()
         .map(|files| files.iter().map(|f| f.object_meta.size.max(1)).sum())
@@ -145,6 +145,7 @@ fn shares(by_owner: &BTreeMap<String, Vec<PartitionedFile>>, n: usize) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ballista::affinity::{object_key, preferred_executor};
     use datafusion::arrow::datatypes::Schema;
     use datafusion::datasource::physical_plan::ArrowSource;
     use datafusion::execution::object_store::ObjectStoreUrl;
