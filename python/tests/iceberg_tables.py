@@ -110,7 +110,9 @@ def _partitioned_rows(table, first, n):
     return pa.table(
         {
             "id": pa.array(ids, pa.int64()),
-            "category": [("alpha", "beta", "gamma")[i % 3] for i in ids],
+            # The last value needs escaping in a partition path: its files' keys hold
+            # `a+b%2Fc%25`, which a reader must not decode.
+            "category": [("alpha", "beta", "gamma", "a b/c%")[i % 4] for i in ids],
             "ts": [BASE + datetime.timedelta(hours=7 * i) for i in ids],
             "at": [
                 (BASE + datetime.timedelta(minutes=13 * i)).replace(tzinfo=datetime.timezone.utc)

@@ -62,6 +62,11 @@ impl StoreStorage {
 
     /// The path in the store of the file at `location`: an absolute URL under the root, or an
     /// absolute local path when the root is `file:///`.
+    ///
+    /// Iceberg's locations are the files' names as their writer wrote them, not
+    /// percent-encoded URLs: a partition value its writer escaped (`a+b%2Fc` for `a b/c`) is
+    /// part of the object's key, and Iceberg's own readers (S3FileIO, Hadoop's `Path`,
+    /// pyiceberg) never decode it. So the key is taken from `location` as it is.
     pub(crate) fn path_of(&self, location: &str) -> iceberg::Result<Path> {
         let url = match Url::parse(location) {
             Ok(url) => url,
@@ -78,13 +83,54 @@ impl StoreStorage {
         if !same_root(&url, &self.root) {
             return Err(outside(location, &self.root));
         }
-        Path::from_url_path(url.path()).map_err(|e| {
+        Path::parse(key_of(location)).map_err(|e| {
             Error::new(
                 ErrorKind::DataInvalid,
                 format!("{location} is not a valid object path"),
             )
             .with_source(e)
         })
+    }
+
+    /// The path in the store of a table URL a user wrote (`LOCATION`, `table_builder`):
+    /// percent-decoded, as DataFusion reads the URL of any table.
+    pub(crate) fn path_of_url(&self, url: &Url) -> iceberg::Result<Path> {
+        if !same_root(url, &self.root) {
+            return Err(outside(url.as_str(), &self.root));
+        }
+        Path::from_url_path(url.path()).map_err(|e| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("{url} is not a valid object path"),
+            )
+            .with_source(e)
+        })
+    }
+
+    /// The location of `path` as Iceberg names files: the root's URL and the key as it is
+    /// (the inverse of [`path_of`](Self::path_of)).
+    pub(crate) fn location_of(&self, path: &Path) -> String {
+        let root = self.root.as_str();
+        match root.ends_with('/') {
+            true => format!("{root}{path}"),
+            false => format!("{root}/{path}"),
+        }
+    }
+}
+
+/// The key part of an absolute location: what follows the scheme and the authority
+/// (`s3://bucket/k` gives `/k`; `file:///tmp/k`, `file:/tmp/k` and `memory:/k` give what
+/// follows them), or the location itself when it is a local path.
+fn key_of(location: &str) -> &str {
+    if location.starts_with('/') {
+        return location;
+    }
+    match location.split_once(':') {
+        Some((_, rest)) => match rest.strip_prefix("//") {
+            Some(rest) => rest.find('/').map_or("", |at| &rest[at..]),
+            None => rest,
+        },
+        None => location,
     }
 }
 
@@ -315,8 +361,13 @@ mod tests {
             .path_of("s3://bucket/db/t/metadata/v1.metadata.json")
             .unwrap();
         assert_eq!(path.as_ref(), "db/t/metadata/v1.metadata.json");
-        let hadoop = s3.path_of("s3a://bucket/db/t/data/a%20b.parquet").unwrap();
+        let hadoop = s3.path_of("s3a://bucket/db/t/data/a b.parquet").unwrap();
         assert_eq!(hadoop.as_ref(), "db/t/data/a b.parquet");
+        // A partition value its writer escaped is part of the key, never decoded.
+        let escaped = "s3://bucket/db/t/data/category=a+b%2Fc%25/f.parquet";
+        let path = s3.path_of(escaped).unwrap();
+        assert_eq!(path.as_ref(), "db/t/data/category=a+b%2Fc%25/f.parquet");
+        assert_eq!(s3.location_of(&path), escaped);
         let err = s3.path_of("s3://other/db/t/x.parquet").unwrap_err();
         assert!(
             err.to_string().contains("s3://other/db/t/x.parquet"),
@@ -331,6 +382,19 @@ mod tests {
         assert_eq!(
             local.path_of("file:///tmp/w/x.avro").unwrap().as_ref(),
             "tmp/w/x.avro"
+        );
+        assert_eq!(
+            local.path_of("file:/tmp/w/x=%3A.avro").unwrap().as_ref(),
+            "tmp/w/x=%3A.avro"
+        );
+        assert_eq!(
+            local.path_of("/tmp/w:1/x.avro").unwrap().as_ref(),
+            "tmp/w:1/x.avro"
+        );
+        let memory = storage("memory:/");
+        assert_eq!(
+            memory.path_of("memory:/lake/t/x%25.avro").unwrap().as_ref(),
+            "lake/t/x%25.avro"
         );
         assert!(s3.path_of("/tmp/w/t/x.avro").is_err());
     }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::stats::Precision;
 use datafusion::common::{DFSchema, Statistics};
@@ -25,8 +26,8 @@ use iceberg::TableIdent;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFileFormat, SnapshotRef, TableMetadata};
 use iceberg::table::StaticTable;
-use object_store::ObjectStore;
 use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore};
 use url::Url;
 
 use super::deletes::ScanDeletes;
@@ -94,7 +95,7 @@ impl IcebergTableBuilder {
         let name = self.url.as_str().trim_end_matches('/').to_string();
         let storage = StoreStorage::new(self.root.clone(), Arc::clone(&self.store));
         let location = storage
-            .path_of(self.url.as_str())
+            .path_of_url(&self.url)
             .map_err(|e| iceberg_error(&name, e))?;
         let (dir, metadata) = match is_metadata_file(self.url.path()) {
             true => (None, location),
@@ -209,13 +210,15 @@ impl IcebergTable {
             Some(("as-of", millis)) => SnapshotChoice::AsOf(number(millis)?),
             _ => return Err(bad()),
         };
+        // The paths as `to_parts` wrote them (`Path::from` would encode their `%` again).
+        let path = |p: &str| Path::parse(p).map_err(|_| bad());
         Ok(Self {
             name: name.to_string(),
             store_url: ObjectStoreUrl::parse(root.as_str())?,
             root,
             store: None,
-            dir: (dir != "-").then(|| Path::from(dir)),
-            metadata: Path::from(metadata),
+            dir: (dir != "-").then(|| path(dir)).transpose()?,
+            metadata: path(metadata)?,
             choice,
             schema,
             loaded: Mutex::new(None),
@@ -238,10 +241,7 @@ impl IcebergTable {
     }
 
     async fn load_metadata(&self, storage: &StoreStorage, location: Path) -> Result<Arc<Loaded>> {
-        let url = self
-            .root
-            .join(location.as_ref())
-            .map_err(|e| DataFusionError::Execution(format!("{}: {e}", self.name)))?;
+        let url = storage.location_of(&location);
         let ident = TableIdent::from_strs(["lakecache", self.name.as_str()])
             .map_err(|e| iceberg_error(&self.name, e))?;
         let table = StaticTable::from_metadata_file(url.as_str(), ident, storage.file_io())
@@ -380,7 +380,14 @@ impl IcebergTable {
         let path = storage
             .path_of(&task.data_file_path)
             .map_err(|e| iceberg_error(&self.name, e))?;
-        let mut file = PartitionedFile::new(path.to_string(), task.file_size_in_bytes);
+        // The path as it is (`PartitionedFile::new` would encode a `%` in its name again).
+        let mut file = PartitionedFile::new_from_meta(ObjectMeta {
+            location: path,
+            last_modified: DateTime::<Utc>::UNIX_EPOCH,
+            size: task.file_size_in_bytes,
+            e_tag: None,
+            version: None,
+        });
         let whole = task.start == 0 && task.length == task.file_size_in_bytes;
         if !whole {
             let (Ok(start), Ok(end)) = (
