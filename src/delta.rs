@@ -3,8 +3,8 @@
 //! A Delta table registered in an installed session needs nothing from delta-rs to be cached:
 //!
 //! - its scans resolve the table's store from the session's registry, which hands out a
-//!   [`CachingObjectStore`](crate::CachingObjectStore): handle, index and range caching for data files, deletion
-//!   vectors, checkpoints and commits read at scan time;
+//!   [`CachingObjectStore`](crate::CachingObjectStore): handle, index and range caching for
+//!   data files, deletion vectors, checkpoints and commits read at scan time;
 //! - the query planner `install()` gives the session recognises delta-rs's `DeltaScanExec`
 //!   in the final plan (this module registers that hook) and gives the Parquet scans below it
 //!   readers whose file versions come from the log (path and size of each `add`
@@ -56,7 +56,8 @@ use crate::store::{Caches, cached_store, store_root};
 
 /// A `DeltaTableBuilder` for the table at `table_url` whose log store reads through the
 /// caches of `lake`: `store` is the store of the URL's root (the bucket, or `file:///`), as
-/// a session would register it; a [`CachingObjectStore`](crate::CachingObjectStore) is used as it is.
+/// a session would register it; a [`CachingObjectStore`](crate::CachingObjectStore) is used
+/// as it is.
 ///
 /// For `s3://`, `gs://` and `az://` URLs delta-rs needs the log store of that scheme
 /// registered (`deltalake_aws::register_handlers` and the like, or

@@ -101,10 +101,15 @@ pub(crate) fn object_hash(object: &str) -> u64 {
 /// [`object_hash`] of [`object_key`]`(store, location)`, without making the key.
 pub(crate) fn object_hash_of(store: &ObjectStoreUrl, location: &Path) -> u64 {
     let mut hasher = XxHash64::with_seed(SEED);
-    hasher.write(store.as_str().as_bytes());
-    hasher.write(b"/");
-    hasher.write(location.as_ref().as_bytes());
+    for part in key_parts(store, location) {
+        hasher.write(part.as_bytes());
+    }
     hasher.finish()
+}
+
+/// The parts of an object's key, in order.
+fn key_parts<'a>(store: &'a ObjectStoreUrl, location: &'a Path) -> [&'a str; 3] {
+    [store.as_str(), "/", location.as_ref()]
 }
 
 /// How the scheduler placed tasks, from [`AffinityPolicy::stats`].
@@ -587,7 +592,7 @@ fn collapses(root: &Arc<dyn ExecutionPlan>) -> bool {
 /// The name an object is placed by ([`preferred_executor`]'s `object`): its store's URL
 /// and its path.
 pub fn object_key(store: &ObjectStoreUrl, location: &Path) -> String {
-    format!("{store}/{location}")
+    key_parts(store, location).concat()
 }
 
 /// The object each of the `partitions` of `plan` reads most bytes of (ties to the smallest

@@ -83,13 +83,7 @@ impl StoreStorage {
         if !same_root(&url, &self.root) {
             return Err(outside(location, &self.root));
         }
-        Path::parse(key_of(location)).map_err(|e| {
-            Error::new(
-                ErrorKind::DataInvalid,
-                format!("{location} is not a valid object path"),
-            )
-            .with_source(e)
-        })
+        Path::parse(key_of(location)).map_err(|e| invalid_path(location, e))
     }
 
     /// The path in the store of a table URL a user wrote (`LOCATION`, `table_builder`):
@@ -98,13 +92,7 @@ impl StoreStorage {
         if !same_root(url, &self.root) {
             return Err(outside(url.as_str(), &self.root));
         }
-        Path::from_url_path(url.path()).map_err(|e| {
-            Error::new(
-                ErrorKind::DataInvalid,
-                format!("{url} is not a valid object path"),
-            )
-            .with_source(e)
-        })
+        Path::from_url_path(url.path()).map_err(|e| invalid_path(url.as_str(), e))
     }
 
     /// The location of `path` as Iceberg names files: the root's URL and the key as it is
@@ -144,6 +132,14 @@ fn same_root(url: &Url, root: &Url) -> bool {
     scheme(url) == scheme(root)
         && url.host_str().unwrap_or("") == root.host_str().unwrap_or("")
         && url.port_or_known_default() == root.port_or_known_default()
+}
+
+fn invalid_path(location: &str, e: object_store::path::Error) -> Error {
+    Error::new(
+        ErrorKind::DataInvalid,
+        format!("{location} is not a valid object path"),
+    )
+    .with_source(e)
 }
 
 fn outside(location: &str, root: &Url) -> Error {
@@ -356,45 +352,44 @@ mod tests {
 
     #[test]
     fn a_location_maps_to_its_path_under_the_root_and_another_root_is_refused() {
+        // (root, location, its path): a key is taken as it is written, never decoded, so a
+        // partition value its writer escaped stays part of the key.
+        let cases = [
+            (
+                "s3://bucket/",
+                "s3://bucket/db/t/metadata/v1.metadata.json",
+                "db/t/metadata/v1.metadata.json",
+            ),
+            (
+                "s3://bucket/",
+                "s3a://bucket/db/t/data/a b.parquet",
+                "db/t/data/a b.parquet",
+            ),
+            (
+                "s3://bucket/",
+                "s3://bucket/db/t/data/category=a+b%2Fc%25/f.parquet",
+                "db/t/data/category=a+b%2Fc%25/f.parquet",
+            ),
+            ("file:///", "/tmp/w/t/x.avro", "tmp/w/t/x.avro"),
+            ("file:///", "file:///tmp/w/x.avro", "tmp/w/x.avro"),
+            ("file:///", "file:/tmp/w/x=%3A.avro", "tmp/w/x=%3A.avro"),
+            ("file:///", "/tmp/w:1/x.avro", "tmp/w:1/x.avro"),
+            ("memory:/", "memory:/lake/t/x%25.avro", "lake/t/x%25.avro"),
+        ];
+        for (root, location, path) in cases {
+            assert_eq!(
+                storage(root).path_of(location).unwrap().as_ref(),
+                path,
+                "{location}"
+            );
+        }
         let s3 = storage("s3://bucket/");
-        let path = s3
-            .path_of("s3://bucket/db/t/metadata/v1.metadata.json")
-            .unwrap();
-        assert_eq!(path.as_ref(), "db/t/metadata/v1.metadata.json");
-        let hadoop = s3.path_of("s3a://bucket/db/t/data/a b.parquet").unwrap();
-        assert_eq!(hadoop.as_ref(), "db/t/data/a b.parquet");
-        // A partition value its writer escaped is part of the key, never decoded.
         let escaped = "s3://bucket/db/t/data/category=a+b%2Fc%25/f.parquet";
-        let path = s3.path_of(escaped).unwrap();
-        assert_eq!(path.as_ref(), "db/t/data/category=a+b%2Fc%25/f.parquet");
-        assert_eq!(s3.location_of(&path), escaped);
+        assert_eq!(s3.location_of(&s3.path_of(escaped).unwrap()), escaped);
         let err = s3.path_of("s3://other/db/t/x.parquet").unwrap_err();
         assert!(
             err.to_string().contains("s3://other/db/t/x.parquet"),
             "{err}"
-        );
-
-        let local = storage("file:///");
-        assert_eq!(
-            local.path_of("/tmp/w/t/x.avro").unwrap().as_ref(),
-            "tmp/w/t/x.avro"
-        );
-        assert_eq!(
-            local.path_of("file:///tmp/w/x.avro").unwrap().as_ref(),
-            "tmp/w/x.avro"
-        );
-        assert_eq!(
-            local.path_of("file:/tmp/w/x=%3A.avro").unwrap().as_ref(),
-            "tmp/w/x=%3A.avro"
-        );
-        assert_eq!(
-            local.path_of("/tmp/w:1/x.avro").unwrap().as_ref(),
-            "tmp/w:1/x.avro"
-        );
-        let memory = storage("memory:/");
-        assert_eq!(
-            memory.path_of("memory:/lake/t/x%25.avro").unwrap().as_ref(),
-            "lake/t/x%25.avro"
         );
         assert!(s3.path_of("/tmp/w/t/x.avro").is_err());
     }

@@ -1,6 +1,6 @@
 //! [`LakeObjectStoreRegistry`]: every object store a session registers is handed out wrapped
-//! in a [`CachingObjectStore`](crate::CachingObjectStore), so plain `ListingTable`s, other table providers and Ballista
-//! executors get handle and range caching without plan changes.
+//! in a [`CachingObjectStore`](crate::CachingObjectStore), so plain `ListingTable`s, other
+//! table providers and Ballista executors get handle and range caching without plan changes.
 //!
 //! The wrapper goes on top of whatever the inner registry makes of a store (datafusion-cli's
 //! registry, for one, wraps stores to count their requests): scans then find the wrapper's
@@ -16,8 +16,7 @@ use object_store::ObjectStore;
 use url::Url;
 
 use crate::object::StoreKey;
-use crate::store::Caches;
-use crate::store::SessionStores;
+use crate::store::{Caches, SessionStores};
 
 /// Wraps the stores of an inner registry; see the module docs.
 #[derive(Debug)]

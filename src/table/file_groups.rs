@@ -1,6 +1,6 @@
 //! Files of a scan dealt into partitions by their bytes: what a table that plans its own
-//! files (an Iceberg table) and a scheduler that regroups a scan's files (Ballista's
-//! affinity placement) both need.
+//! files (an Iceberg table, a Delta table's task on Ballista) and a scheduler that regroups a
+//! scan's files (Ballista's affinity placement) all need.
 
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
