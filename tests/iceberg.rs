@@ -2,7 +2,9 @@
 //! store standing for a remote one and the S3 server: tables the iceberg crate's own writer
 //! and catalog wrote (appends, a column added, a column dropped) read right at every
 //! snapshot in SQL; a warm query makes no request, metadata included; a cold one reads each
-//! manifest once; a new snapshot is seen once the listing expires; planning prunes files.
+//! manifest once; a new snapshot is seen once the listing expires; planning prunes files;
+//! equality deletes the crate's equality-delete writer wrote read as the crate's own reader
+//! reads them.
 //! Tables pyiceberg wrote (renames, promotions, partitions, overwrites, deletes) are read by
 //! the Python tests against pyiceberg's own scans.
 #![cfg(feature = "iceberg")]
@@ -284,5 +286,163 @@ async fn a_column_added_under_a_dropped_ones_name_is_null_in_older_files() {
         register(&ctx, &b, "t", "").await;
         let got = line(&ctx, "SELECT count(value), max(value), count(*) FROM t").await;
         assert_eq!(cells(&got), ["0", "200"], "{}: {got}", b.name);
+    }
+}
+
+/// One row of [`cities_schema`](datafusion_lakecache::testkit::iceberg::cities_schema).
+type City = (i64, Option<String>, Option<f64>);
+
+/// The rows of snapshot `id` as the iceberg crate's own reader returns them, deletes applied
+/// by it, sorted.
+async fn crates_rows(w: &IcebergWriter, id: i64) -> Vec<City> {
+    use futures::TryStreamExt;
+    use iceberg_arrow_array::Array;
+    use iceberg_arrow_array::cast::AsArray;
+    use iceberg_arrow_array::types::{Float64Type, Int64Type};
+    let scan = w.table().scan().snapshot_id(id).build().unwrap();
+    let batches: Vec<_> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
+    let mut out = Vec::new();
+    for b in batches {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let cities = b.column(1).as_string::<i32>();
+        let values = b.column(2).as_primitive::<Float64Type>();
+        for i in 0..b.num_rows() {
+            out.push((
+                ids.value(i),
+                (!cities.is_null(i)).then(|| cities.value(i).to_string()),
+                (!values.is_null(i)).then(|| values.value(i)),
+            ));
+        }
+    }
+    out.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    out
+}
+
+/// The rows `sql` (`id, city, value`) returns, sorted.
+async fn sql_rows(ctx: &SessionContext, sql: &str) -> Vec<City> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Float64Type, Int64Type};
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut out = Vec::new();
+    for b in batches {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let cities = b.column(1).as_string_view_opt().map_or_else(
+            || {
+                let c = b.column(1).as_string::<i32>();
+                (0..b.num_rows())
+                    .map(|i| (!c.is_null(i)).then(|| c.value(i).to_string()))
+                    .collect::<Vec<_>>()
+            },
+            |c| {
+                (0..b.num_rows())
+                    .map(|i| (!c.is_null(i)).then(|| c.value(i).to_string()))
+                    .collect()
+            },
+        );
+        let values = b.column(2).as_primitive::<Float64Type>();
+        for (i, city) in cities.into_iter().enumerate() {
+            out.push((
+                ids.value(i),
+                city,
+                (!values.is_null(i)).then(|| values.value(i)),
+            ));
+        }
+    }
+    out.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    out
+}
+
+/// Rows of [`cities_schema`] with these ids, cities and a value of `value`.
+fn upserts(rows: &[(i64, Option<&str>)], value: f64) -> Vec<Values> {
+    vec![
+        Values::Long(rows.iter().map(|r| Some(r.0)).collect()),
+        Values::Str(rows.iter().map(|r| r.1.map(str::to_string)).collect()),
+        Values::Double(rows.iter().map(|_| Some(value)).collect()),
+    ]
+}
+
+#[tokio::test]
+async fn equality_deletes_are_applied_at_every_snapshot_as_the_crates_reader_applies_them() {
+    let mut all = remote_backends("iceberg_equality");
+    all.insert(0, local_backend());
+    for b in &all {
+        let schema = datafusion_lakecache::testkit::iceberg::cities_schema();
+        let mut w =
+            IcebergWriter::create(Arc::clone(&b.raw), &b.store_url, &location(b), "t", schema)
+                .await
+                .unwrap();
+        let mut snapshots = Vec::new();
+        snapshots.push(w.append(cities(0, 100)).await.unwrap());
+        snapshots.push(w.append(cities(100, 50)).await.unwrap());
+        // By id, over both files.
+        let gone = upserts(&[(3, None), (10, None), (120, None)], 0.0);
+        snapshots.push(w.delete_where_equal(&["id"], gone).await.unwrap());
+        // Two ids written again (a later sequence number: they stay), and rows with no city.
+        let again = upserts(
+            &[
+                (3, Some("Kyiv")),
+                (10, Some("Kyiv")),
+                (150, None),
+                (151, None),
+            ],
+            -1.0,
+        );
+        snapshots.push(w.append(again).await.unwrap());
+        // By city: a null deletes the rows with none; every Oslo row so far.
+        let gone = upserts(&[(0, None), (0, Some("Oslo"))], 0.0);
+        snapshots.push(w.delete_where_equal(&["city"], gone).await.unwrap());
+        // Oslo rows appended after that delete stay.
+        snapshots.push(w.append(cities(200, 10)).await.unwrap());
+        // By two columns: (1, Lima) is a row; (2, Lima) is not (2 is in Pune).
+        let gone = upserts(&[(1, Some("Lima")), (2, Some("Lima"))], 0.0);
+        snapshots.push(w.delete_where_equal(&["id", "city"], gone).await.unwrap());
+
+        let lake = LakeCache::builder().build().unwrap();
+        let counted = b.counting();
+        let ctx = session(b, &lake, &counted);
+        for (i, id) in snapshots.iter().enumerate() {
+            let name = format!("t{i}");
+            let options = format!("OPTIONS ('iceberg.snapshot_id' '{id}')");
+            register(&ctx, b, &name, &options).await;
+            let want = crates_rows(&w, *id).await;
+            let at = format!("{} snapshot {i}", b.name);
+            let got = sql_rows(&ctx, &format!("SELECT id, city, value FROM {name}")).await;
+            assert_eq!(got, want, "{at}");
+
+            // The key columns read though not asked for; no row count from the manifests.
+            let got = line(&ctx, &format!("SELECT count(*), sum(value) FROM {name}")).await;
+            let sum: f64 = want.iter().filter_map(|r| r.2).sum();
+            let expected = [want.len().to_string(), format!("{sum:.1}")];
+            assert_eq!(cells(&got), expected, "{at}");
+
+            // A filter pushed into the scan, and a limit that deleted rows must not fill.
+            let sql = format!("SELECT id, city, value FROM {name} WHERE id < 20 AND value >= 0");
+            let filtered: Vec<City> = want
+                .iter()
+                .filter(|r| r.0 < 20 && r.2.is_some_and(|v| v >= 0.0))
+                .cloned()
+                .collect();
+            assert_eq!(sql_rows(&ctx, &sql).await, filtered, "{at}");
+            let limited = sql_rows(
+                &ctx,
+                &format!("SELECT id, city, value FROM {name} LIMIT 30"),
+            )
+            .await;
+            assert_eq!(limited.len(), 30.min(want.len()), "{at}");
+            assert!(
+                limited.iter().all(|r| want.contains(r)),
+                "{at}: {limited:?}"
+            );
+        }
+        // What the deletes left, spelled out at the last snapshot.
+        let last = crates_rows(&w, snapshots[6]).await;
+        let ids: Vec<i64> = last.iter().map(|r| r.0).collect();
+        assert!(
+            !ids.contains(&1) && ids.contains(&2) && !ids.contains(&120),
+            "{ids:?}"
+        );
+        assert!(!ids.contains(&0) && ids.contains(&203), "Oslo: {ids:?}");
+        assert_eq!(ids.iter().filter(|i| **i == 3).count(), 1, "{ids:?}");
+        assert!(!ids.contains(&150) && !ids.contains(&151), "{ids:?}");
     }
 }

@@ -7,9 +7,9 @@
 //! at most its own) is the iceberg crate's planning; here each delete file's rows for the
 //! data file (its `file_path` column) are read through the caches.
 //!
-//! Equality deletes need a join of their own and are refused with an error naming the table
-//! and the file; so are v3 deletion vectors (Puffin files), which the crate's planning does
-//! not hand to a reader as position deletes.
+//! Equality deletes are applied above the scan (`super::equality`); v3 deletion vectors
+//! (Puffin files), which the crate's planning does not hand to a reader as position deletes,
+//! are refused with an error naming the table and the file.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -46,12 +46,16 @@ impl ScanDeletes {
         let mut distinct: Vec<&FileScanTaskDeleteFile> = Vec::new();
         let mut seen = HashSet::new();
         for task in tasks {
-            if !task.deletes.is_empty() && task.record_count.is_none() {
+            let positional = task
+                .deletes
+                .iter()
+                .find(|d| d.file_type == DataContentType::PositionDeletes);
+            if let (Some(delete), None) = (positional, task.record_count) {
                 return Err(refused(
                     table,
                     task,
-                    &task.deletes[0],
-                    "deletes and no row count",
+                    delete,
+                    "position deletes and no row count",
                 ));
             }
             for delete in &task.deletes {
@@ -70,9 +74,7 @@ impl ScanDeletes {
                             distinct.push(delete);
                         }
                     }
-                    DataContentType::EqualityDeletes => {
-                        return Err(refused(table, task, delete, "equality deletes"));
-                    }
+                    DataContentType::EqualityDeletes => {}
                     DataContentType::Data => {
                         return Err(refused(table, task, delete, "a data file as a delete"));
                     }
@@ -98,6 +100,9 @@ impl ScanDeletes {
         let rows = task.record_count?;
         let mut deleted = BTreeSet::new();
         for delete in &task.deletes {
+            if delete.file_type != DataContentType::PositionDeletes {
+                continue;
+            }
             let named = self
                 .by_delete_file
                 .get(&delete.file_path)
@@ -119,7 +124,7 @@ fn refused(
 ) -> DataFusionError {
     DataFusionError::NotImplemented(format!(
         "Iceberg table {table}: {} has {what} ({}); the iceberg feature applies position \
-         deletes only",
+         and equality deletes of format v2",
         task.data_file_path, delete.file_path
     ))
 }

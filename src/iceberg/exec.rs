@@ -1,7 +1,8 @@
 //! [`IcebergScanExec`]: the node above an Iceberg table's Parquet scan. It marks for the
 //! caches that the files below are named by manifests (immutable; path and size name the
-//! bytes, so no HEAD is sent), shows the table and snapshot in `EXPLAIN`, and passes
-//! everything else (batches, partitions, statistics, filters) through.
+//! bytes, so no HEAD is sent), shows the table and snapshot in `EXPLAIN`, drops the rows
+//! equality deletes delete (with the columns read for them only), and passes everything else
+//! (partitions, statistics, filters) through.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 
+use super::equality::EqualityFilter;
 use super::field_ids::FieldIdAdapterFactory;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -19,12 +21,17 @@ use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, Pa
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::Partitioning;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
 
 /// The node above an Iceberg table's Parquet scan; see the module docs.
 #[derive(Debug)]
@@ -33,22 +40,64 @@ pub struct IcebergScanExec {
     snapshot: i64,
     files: usize,
     input: Arc<dyn ExecutionPlan>,
+    equality: Option<Arc<EqualityFilter>>,
+    properties: Arc<PlanProperties>,
 }
 
 impl IcebergScanExec {
-    /// The scan `input` of `files` files of snapshot `snapshot` of `table`.
+    /// The scan `input` of `files` files of snapshot `snapshot` of `table`, whose rows
+    /// `equality` filters when its files have equality deletes.
     pub(crate) fn new(
         table: String,
         snapshot: i64,
         files: usize,
         input: Arc<dyn ExecutionPlan>,
+        equality: Option<Arc<EqualityFilter>>,
     ) -> Self {
+        let properties = match &equality {
+            None => Arc::clone(input.properties()),
+            // Fewer columns and fewer rows than the scan: no ordering or partitioning by its
+            // columns is promised.
+            Some(filter) => {
+                let schema = input.schema();
+                let kept: Vec<_> = schema
+                    .fields()
+                    .iter()
+                    .take(filter.width())
+                    .cloned()
+                    .collect();
+                let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
+                    kept,
+                    schema.metadata().clone(),
+                ));
+                let partitions = input.properties().output_partitioning().partition_count();
+                Arc::new(PlanProperties::new(
+                    EquivalenceProperties::new(schema),
+                    Partitioning::UnknownPartitioning(partitions),
+                    EmissionType::Incremental,
+                    Boundedness::Bounded,
+                ))
+            }
+        };
         Self {
             table,
             snapshot,
             files,
             input,
+            equality,
+            properties,
         }
+    }
+
+    /// This node over another input (the same scan, regrouped or decoded).
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            self.table.clone(),
+            self.snapshot,
+            self.files,
+            input,
+            self.equality.clone(),
+        )
     }
 
     /// The table's URL.
@@ -64,7 +113,7 @@ impl IcebergScanExec {
     /// This node as bytes: how it crosses to another process, where a plan codec sends its
     /// input as DataFusion encodes a Parquet scan. That encoding carries neither the scan's
     /// expression adapter nor its files' row selections (the rows position deletes leave),
-    /// so the selections travel here, by file.
+    /// so the selections travel here, by file, and so does the equality deletes' filter.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Encoder::default();
         out.u64(self.snapshot as u64);
@@ -84,6 +133,13 @@ impl IcebergScanExec {
             for s in selectors {
                 out.u64(s.row_count as u64);
                 out.0.push(u8::from(s.skip));
+            }
+        }
+        match &self.equality {
+            None => out.0.push(0),
+            Some(filter) => {
+                out.0.push(1);
+                filter.encode(&mut out.0);
             }
         }
         out.0
@@ -109,6 +165,17 @@ impl IcebergScanExec {
                 });
             }
             selections.insert(path, RowSelection::from(selectors));
+        }
+        let equality = match d.byte()? {
+            0 => None,
+            _ => {
+                let (filter, rest) = EqualityFilter::decode(d.0).ok_or_else(bad)?;
+                d.0 = rest;
+                Some(Arc::new(filter))
+            }
+        };
+        if !d.0.is_empty() {
+            return Err(bad());
         }
         let Some((config, _)) = input
             .downcast_ref::<DataSourceExec>()
@@ -142,6 +209,7 @@ impl IcebergScanExec {
             snapshot,
             files,
             DataSourceExec::from_data_source(config),
+            equality,
         ))
     }
 }
@@ -215,7 +283,7 @@ impl ExecutionPlan for IcebergScanExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+        &self.properties
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
@@ -237,12 +305,7 @@ impl ExecutionPlan for IcebergScanExec {
         if children.len() != 1 {
             return internal_err!("IcebergScanExec has one input, given {}", children.len());
         }
-        Ok(Arc::new(Self {
-            table: self.table.clone(),
-            snapshot: self.snapshot,
-            files: self.files,
-            input: children.remove(0),
-        }))
+        Ok(Arc::new(self.with_input(children.remove(0))))
     }
 
     fn repartitioned(
@@ -253,14 +316,7 @@ impl ExecutionPlan for IcebergScanExec {
         Ok(self
             .input
             .repartitioned(target_partitions, config)?
-            .map(|input| {
-                Arc::new(Self {
-                    table: self.table.clone(),
-                    snapshot: self.snapshot,
-                    files: self.files,
-                    input,
-                }) as _
-            }))
+            .map(|input| Arc::new(self.with_input(input)) as _))
     }
 
     fn execute(
@@ -268,7 +324,16 @@ impl ExecutionPlan for IcebergScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        self.input.execute(partition, context)
+        let stream = self.input.execute(partition, context)?;
+        let Some(filter) = &self.equality else {
+            return Ok(stream);
+        };
+        let filter = Arc::clone(filter);
+        let filtered = stream.map(move |batch| filter.apply(batch?));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            filtered,
+        )))
     }
 
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
@@ -280,10 +345,16 @@ impl ExecutionPlan for IcebergScanExec {
         input_stats: &[Arc<Statistics>],
         _args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
-        match input_stats.first() {
-            Some(stats) => Ok(Arc::clone(stats)),
-            None => internal_err!("IcebergScanExec has one input"),
-        }
+        let Some(stats) = input_stats.first() else {
+            return internal_err!("IcebergScanExec has one input");
+        };
+        let Some(filter) = &self.equality else {
+            return Ok(Arc::clone(stats));
+        };
+        // Deleted rows are counted below: at most what the scan reads.
+        let mut stats = stats.as_ref().clone().to_inexact();
+        stats.column_statistics.truncate(filter.width());
+        Ok(Arc::new(stats))
     }
 
     fn apply_expressions(
@@ -344,7 +415,13 @@ mod tests {
         let deleted = PartitionedFile::new("t/data/a.parquet", 100)
             .with_extension(ParquetRowSelection::new(selection.clone()));
         let whole = PartitionedFile::new("t/data/b.parquet", 100);
-        let node = IcebergScanExec::new("s3://bucket/t".into(), 7, 2, scan(vec![deleted, whole]));
+        let node = IcebergScanExec::new(
+            "s3://bucket/t".into(),
+            7,
+            2,
+            scan(vec![deleted, whole]),
+            None,
+        );
         let bytes = node.encode();
 
         // What DataFusion's encoding gives the other side: the files without extensions.

@@ -21,10 +21,11 @@
 //!   promotions the spec allows read right.
 //!
 //! - position deletes (merge-on-read, format v2) become a row selection of each data file
-//!   (`deletes.rs`), applied by the Parquet scan.
+//!   (`deletes.rs`), applied by the Parquet scan; equality deletes become sets of keys each
+//!   data file's rows are checked against above the scan (`equality.rs`).
 //!
 //! What is not read yet is refused with an error naming the table and the file: data files
-//! other than Parquet, and equality deletes.
+//! other than Parquet, and deletion vectors (format v3).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -52,6 +53,7 @@
 //! ```
 
 mod deletes;
+mod equality;
 mod exec;
 mod factory;
 mod field_ids;

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::stats::Precision;
-use datafusion::common::{DFSchema, Statistics};
+use datafusion::common::{DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
@@ -31,6 +31,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use url::Url;
 
 use super::deletes::ScanDeletes;
+use super::equality::{EqualityDeletes, group_field};
 use super::exec::IcebergScanExec;
 use super::field_ids::FieldIdAdapterFactory;
 use super::locate::{is_metadata_file, newest_metadata};
@@ -369,13 +370,15 @@ impl IcebergTable {
         Ok(())
     }
 
-    /// `task`'s file as DataFusion scans it: its size and row count from the manifest, and
-    /// the rows its position deletes leave.
+    /// `task`'s file as DataFusion scans it: its size and row count from the manifest, the
+    /// rows its position deletes leave, and its group of equality deletes when the scan has
+    /// any (`Some(None)`: none applies to it).
     fn partitioned_file(
         &self,
         storage: &StoreStorage,
         deletes: &ScanDeletes,
         task: &FileScanTask,
+        equality_group: Option<Option<u32>>,
     ) -> Result<PartitionedFile> {
         let path = storage
             .path_of(&task.data_file_path)
@@ -400,6 +403,16 @@ impl IcebergTable {
                 )));
             };
             file = file.with_range(start, end);
+        }
+        if let Some(group) = equality_group {
+            file.partition_values = vec![ScalarValue::UInt32(group)];
+            if group.is_some() {
+                // Equality deletes drop rows above the scan: its row count is not the file's.
+                return Ok(match deletes.surviving_rows(task) {
+                    Some(survivors) => file.with_extension(survivors),
+                    None => file,
+                });
+            }
         }
         if let Some(survivors) = deletes.surviving_rows(task) {
             // The manifest's row count is the file's, not what its deletes leave.
@@ -452,17 +465,51 @@ impl TableProvider for IcebergTable {
         };
         let tasks = self.plan(&loaded, &snapshot, filters).await?;
         let deletes = ScanDeletes::read(&self.name, &storage, &tasks).await?;
+        let equality = EqualityDeletes::read(&self.name, &storage, &self.schema, &tasks).await?;
         let files = tasks
             .iter()
-            .map(|t| self.partitioned_file(&storage, &deletes, t))
+            .enumerate()
+            .map(|(i, t)| {
+                let group = equality.as_ref().map(|e| e.group_of_task(i));
+                self.partitioned_file(&storage, &deletes, t, group)
+            })
             .collect::<Result<Vec<_>>>()?;
         let count = files.len();
         let groups = balanced(files, state.config().target_partitions());
 
+        // With equality deletes the scan reads their key columns too, and each file's group
+        // (a hidden partition column, last), for the filter above it; and no limit.
+        let (table_schema, projection, limit, equality) = match equality {
+            None => (
+                TableSchema::from(Arc::clone(&self.schema)),
+                projection.cloned(),
+                limit,
+                None,
+            ),
+            Some(equality) => {
+                let mut read: Vec<usize> = match projection {
+                    Some(p) => p.clone(),
+                    None => (0..self.schema.fields().len()).collect(),
+                };
+                let width = read.len();
+                for column in equality.key_columns() {
+                    if !read.contains(&column) {
+                        read.push(column);
+                    }
+                }
+                read.push(self.schema.fields().len());
+                let filter = equality.filter(&read, width)?;
+                let schema = TableSchema::builder(Arc::clone(&self.schema))
+                    .with_table_partition_cols(vec![group_field()])
+                    .build();
+                (schema, Some(read), None, Some(Arc::new(filter)))
+            }
+        };
+
         // No reader factory: the query planner of an installed session (a Ballista
         // executor's codec too) gives the scan the caches' reader, versioned by the
         // manifests, and a prefetcher.
-        let mut source = ParquetSource::new(TableSchema::from(Arc::clone(&self.schema)))
+        let mut source = ParquetSource::new(table_schema)
             .with_table_parquet_options(state.table_options().parquet.clone());
         if let Some(filter) = conjunction(filters.iter().cloned()) {
             let df_schema = DFSchema::try_from(Arc::clone(&self.schema))?;
@@ -470,7 +517,7 @@ impl TableProvider for IcebergTable {
         }
         let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_file_groups(groups)
-            .with_projection_indices(projection.cloned())?
+            .with_projection_indices(projection)?
             .with_limit(limit)
             .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
             .build();
@@ -480,6 +527,7 @@ impl TableProvider for IcebergTable {
             snapshot.snapshot_id(),
             count,
             scan,
+            equality,
         )))
     }
 

@@ -1,0 +1,521 @@
+//! Equality deletes of format v2 (merge-on-read upserts, as Flink writes them). A delete file
+//! names rows by the values of some columns (its `equality_ids`) and deletes every row whose
+//! values in them equal one of its rows, a null equal to a null, in the data files it applies
+//! to. Which files those are (its partition's, or every partition's for an unpartitioned
+//! delete file, with a lower data sequence number) is the iceberg crate's planning.
+//!
+//! Each delete file of a scan is read once, through the caches, into a set of keys: its values
+//! cast to the table's types (a promoted column compares as the table reads it), in the row
+//! format of arrow's `RowConverter`, where equal values, nulls too, are equal bytes. Data
+//! files with the same delete files form a group. Each data file carries its group's number in
+//! a hidden partition column; the Parquet scan reads the key columns beside the projected
+//! ones, and [`EqualityFilter`], applied by the node above the scan, drops the rows whose key
+//! is in a set of their group, then the extra columns. Pruning, the page index, filter
+//! pushdown and position deletes still apply below it; a limit does not (deleted rows would
+//! count).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, UInt32Type};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::error::{DataFusionError, Result};
+use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
+use iceberg::spec::DataContentType;
+use object_store::ObjectStoreExt;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::schema::field_id;
+use super::storage::StoreStorage;
+
+/// The hidden partition column that holds each data file's group number (null: none applies).
+pub(crate) const GROUP_COLUMN: &str = "__lakecache_iceberg_equality_group";
+
+/// The keys one equality delete file deletes, and where their columns are.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KeySet {
+    /// The key columns: indices into the table's schema while planning, into the scan's
+    /// output once [`EqualityDeletes::filter`] placed them.
+    columns: Vec<usize>,
+    /// Each deleted key in the row format of the key columns' types.
+    keys: HashSet<Box<[u8]>>,
+}
+
+/// The equality deletes of a scan's files, as planned; see the module docs.
+#[derive(Debug)]
+pub(crate) struct EqualityDeletes {
+    sets: Vec<KeySet>,
+    /// Each group's key sets.
+    groups: Vec<Vec<usize>>,
+    /// Each task's group, in the order of the tasks.
+    task_groups: Vec<Option<u32>>,
+}
+
+impl EqualityDeletes {
+    /// Reads the equality delete files of `tasks` (a scan of `table`, whose columns are
+    /// `schema`'s), [`DELETE_READS`] at once, each decoded on a blocking thread; `None` when
+    /// none applies. Refuses, naming the table and the file, a delete on a column the schema
+    /// has no top-level column for.
+    pub(crate) async fn read(
+        table: &str,
+        storage: &StoreStorage,
+        schema: &Schema,
+        tasks: &[FileScanTask],
+    ) -> Result<Option<Self>> {
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut distinct: Vec<&FileScanTaskDeleteFile> = Vec::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<Vec<usize>, u32> = HashMap::new();
+        let mut task_groups = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let mut sets: Vec<usize> = task
+                .deletes
+                .iter()
+                .filter(|d| d.file_type == DataContentType::EqualityDeletes)
+                .map(|d| {
+                    *index.entry(d.file_path.as_str()).or_insert_with(|| {
+                        distinct.push(d);
+                        distinct.len() - 1
+                    })
+                })
+                .collect();
+            if sets.is_empty() {
+                task_groups.push(None);
+                continue;
+            }
+            sets.sort_unstable();
+            sets.dedup();
+            let next = u32::try_from(groups.len()).map_err(|_| {
+                DataFusionError::Execution(format!(
+                    "Iceberg table {table}: more than {} groups of equality deletes",
+                    u32::MAX
+                ))
+            })?;
+            let group = *group_of.entry(sets.clone()).or_insert_with(|| {
+                groups.push(sets);
+                next
+            });
+            task_groups.push(Some(group));
+        }
+        if distinct.is_empty() {
+            return Ok(None);
+        }
+        let mut sets = Vec::with_capacity(distinct.len());
+        for chunk in distinct.chunks(DELETE_READS) {
+            let reads = chunk.iter().map(|d| key_set(table, storage, schema, d));
+            sets.extend(futures::future::try_join_all(reads).await?);
+        }
+        Ok(Some(Self {
+            sets,
+            groups,
+            task_groups,
+        }))
+    }
+
+    /// The group of the `i`th task, as the value of [`GROUP_COLUMN`] for its file.
+    pub(crate) fn group_of_task(&self, i: usize) -> Option<u32> {
+        self.task_groups.get(i).copied().flatten()
+    }
+
+    /// The columns of the table's schema the sets compare, in order, without repeats.
+    pub(crate) fn key_columns(&self) -> Vec<usize> {
+        let mut columns: Vec<usize> = self.sets.iter().flat_map(|s| s.columns.clone()).collect();
+        columns.sort_unstable();
+        columns.dedup();
+        columns
+    }
+
+    /// The filter for a scan that reads the table's columns `read` (indices into its schema;
+    /// [`GROUP_COLUMN`] last) and keeps the first `width` of them.
+    pub(crate) fn filter(self, read: &[usize], width: usize) -> Result<EqualityFilter> {
+        let position = |column: usize| {
+            read.iter().position(|c| *c == column).ok_or_else(|| {
+                DataFusionError::Internal(format!("key column {column} not read by the scan"))
+            })
+        };
+        let sets = self
+            .sets
+            .into_iter()
+            .map(|set| {
+                Ok(KeySet {
+                    columns: set
+                        .columns
+                        .iter()
+                        .map(|c| position(*c))
+                        .collect::<Result<_>>()?,
+                    keys: set.keys,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(EqualityFilter {
+            sets,
+            groups: self.groups,
+            group_column: read.len().saturating_sub(1),
+            width,
+        })
+    }
+}
+
+/// The hidden partition column of a scan with equality deletes.
+pub(crate) fn group_field() -> FieldRef {
+    Arc::new(Field::new(GROUP_COLUMN, DataType::UInt32, true))
+}
+
+/// Drops the rows of a scan's batches that equality deletes delete, then the columns read for
+/// them only; see the module docs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EqualityFilter {
+    sets: Vec<KeySet>,
+    groups: Vec<Vec<usize>>,
+    group_column: usize,
+    width: usize,
+}
+
+impl EqualityFilter {
+    /// How many of the input's columns it keeps (the first ones).
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The rows of `batch` no delete of their group names, in its first `width` columns.
+    pub(crate) fn apply(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let kept: Vec<usize> = (0..self.width).collect();
+        let Some(groups) = batch
+            .columns()
+            .get(self.group_column)
+            .and_then(|c| c.as_primitive_opt::<UInt32Type>())
+        else {
+            return Err(DataFusionError::Internal(format!(
+                "an Iceberg scan's batch has no {GROUP_COLUMN} column"
+            )));
+        };
+        if groups.null_count() == groups.len() {
+            return Ok(batch.project(&kept)?);
+        }
+        let mut converted: Vec<Option<Rows>> = vec![None; self.sets.len()];
+        let mut keep = Vec::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let mut deleted = false;
+            if groups.is_valid(row) {
+                let group = self.groups.get(groups.value(row) as usize).ok_or_else(|| {
+                    DataFusionError::Internal("an unknown group of equality deletes".into())
+                })?;
+                for &s in group {
+                    if converted[s].is_none() {
+                        converted[s] = Some(self.sets[s].rows_of(&batch)?);
+                    }
+                    if let Some(rows) = &converted[s]
+                        && self.sets[s].keys.contains(rows.row(row).as_ref())
+                    {
+                        deleted = true;
+                        break;
+                    }
+                }
+            }
+            keep.push(!deleted);
+        }
+        let filtered = filter_record_batch(&batch, &BooleanArray::from(keep))?;
+        Ok(filtered.project(&kept)?)
+    }
+
+    /// This filter as bytes, for [`super::IcebergScanExec::encode`].
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let u64 = |out: &mut Vec<u8>, v: usize| out.extend_from_slice(&(v as u64).to_le_bytes());
+        u64(out, self.group_column);
+        u64(out, self.width);
+        u64(out, self.groups.len());
+        for group in &self.groups {
+            u64(out, group.len());
+            group.iter().for_each(|s| u64(out, *s));
+        }
+        u64(out, self.sets.len());
+        for set in &self.sets {
+            u64(out, set.columns.len());
+            set.columns.iter().for_each(|c| u64(out, *c));
+            u64(out, set.keys.len());
+            for key in &set.keys {
+                u64(out, key.len());
+                out.extend_from_slice(key);
+            }
+        }
+    }
+
+    /// The filter [`EqualityFilter::encode`] gave the start of `buf` for, and the rest of
+    /// `buf`; `None` when it is not one.
+    pub(crate) fn decode(mut buf: &[u8]) -> Option<(Self, &[u8])> {
+        fn u64(buf: &mut &[u8]) -> Option<usize> {
+            let (head, rest) = buf.split_first_chunk::<8>()?;
+            *buf = rest;
+            usize::try_from(u64::from_le_bytes(*head)).ok()
+        }
+        // Every count is bounded by the bytes left, so a bad buffer cannot ask for a huge
+        // allocation.
+        fn count(buf: &mut &[u8]) -> Option<usize> {
+            u64(buf).filter(|n| *n <= buf.len())
+        }
+        let group_column = u64(&mut buf)?;
+        let width = u64(&mut buf)?;
+        let mut groups = Vec::with_capacity(count(&mut buf)?);
+        for _ in 0..groups.capacity() {
+            let mut group = Vec::with_capacity(count(&mut buf)?);
+            for _ in 0..group.capacity() {
+                group.push(u64(&mut buf)?);
+            }
+            groups.push(group);
+        }
+        let mut sets = Vec::with_capacity(count(&mut buf)?);
+        for _ in 0..sets.capacity() {
+            let mut columns = Vec::with_capacity(count(&mut buf)?);
+            for _ in 0..columns.capacity() {
+                columns.push(u64(&mut buf)?);
+            }
+            let n = count(&mut buf)?;
+            let mut keys = HashSet::with_capacity(n);
+            for _ in 0..n {
+                let len = count(&mut buf)?;
+                let (key, rest) = buf.split_at(len);
+                keys.insert(Box::from(key));
+                buf = rest;
+            }
+            sets.push(KeySet { columns, keys });
+        }
+        let sets_known = groups.iter().flatten().all(|s| *s < sets.len());
+        sets_known.then_some((
+            Self {
+                sets,
+                groups,
+                group_column,
+                width,
+            },
+            buf,
+        ))
+    }
+}
+
+impl KeySet {
+    /// The keys of `batch`'s rows, in the row format of the key columns.
+    fn rows_of(&self, batch: &RecordBatch) -> Result<Rows> {
+        let columns: Vec<ArrayRef> = self
+            .columns
+            .iter()
+            .map(|c| {
+                batch.columns().get(*c).cloned().ok_or_else(|| {
+                    DataFusionError::Internal(format!("key column {c} not in the batch"))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let types: Vec<DataType> = columns.iter().map(|c| c.data_type().clone()).collect();
+        Ok(converter(&types)?.convert_columns(&columns)?)
+    }
+}
+
+fn converter(types: &[DataType]) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        types.iter().cloned().map(SortField::new).collect(),
+    )?)
+}
+
+/// How many delete files a scan reads at once.
+const DELETE_READS: usize = 32;
+
+/// The keys the equality delete file `delete` deletes, its columns placed in `schema`.
+async fn key_set(
+    table: &str,
+    storage: &StoreStorage,
+    schema: &Schema,
+    delete: &FileScanTaskDeleteFile,
+) -> Result<KeySet> {
+    let ids = delete.equality_ids.clone().unwrap_or_default();
+    let mut columns = Vec::with_capacity(ids.len());
+    let mut types = Vec::with_capacity(ids.len());
+    for id in &ids {
+        let Some((i, field)) = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .find(|(_, f)| field_id(f) == Some(*id))
+        else {
+            return Err(DataFusionError::NotImplemented(format!(
+                "Iceberg table {table}: the equality deletes {} compare field {id}, which is \
+                 not a top-level column of the table's schema",
+                delete.file_path
+            )));
+        };
+        columns.push(i);
+        types.push(field.data_type().clone());
+    }
+    if ids.is_empty() {
+        return Err(DataFusionError::Execution(format!(
+            "Iceberg table {table}: the equality deletes {} name no column",
+            delete.file_path
+        )));
+    }
+    let name = delete.file_path.clone();
+    let error = move |e: &dyn std::fmt::Display| {
+        DataFusionError::Execution(format!(
+            "Iceberg table {table}: reading the equality deletes {name}: {e}"
+        ))
+    };
+    // A delete file is read whole: one ranged read, kept by the range cache (it is written
+    // once, under a name of its own).
+    let path = storage.path_of(&delete.file_path).map_err(|e| error(&e))?;
+    let bytes = storage
+        .store()
+        .get_range(&path, 0..delete.file_size_in_bytes)
+        .await
+        .map_err(|e| error(&e))?;
+    let keys = tokio::task::spawn_blocking(move || decode(bytes, &ids, &types))
+        .await
+        .map_err(|e| error(&e))?
+        .map_err(|e| error(&e))?;
+    Ok(KeySet { columns, keys })
+}
+
+/// The rows of the columns of field ids `ids` of an equality delete file, cast to `types`,
+/// as keys.
+fn decode(
+    bytes: bytes::Bytes,
+    ids: &[i32],
+    types: &[DataType],
+) -> std::result::Result<HashSet<Box<[u8]>>, String> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
+    let roots = ids
+        .iter()
+        .map(|id| {
+            builder
+                .schema()
+                .fields()
+                .iter()
+                .position(|f| field_id(f) == Some(*id))
+                .ok_or_else(|| format!("no column of field id {id}"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let batches = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let converter = converter(types).map_err(|e| e.to_string())?;
+    let mut keys = HashSet::new();
+    for batch in batches {
+        let batch = batch.map_err(|e| e.to_string())?;
+        // The projected columns come in the file's order; take them in the ids' order.
+        let columns = ids
+            .iter()
+            .zip(types)
+            .map(|(id, ty)| {
+                let i = batch
+                    .schema()
+                    .fields()
+                    .iter()
+                    .position(|f| field_id(f) == Some(*id))
+                    .ok_or_else(|| format!("no column of field id {id}"))?;
+                cast(batch.column(i), ty).map_err(|e| e.to_string())
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = converter
+            .convert_columns(&columns)
+            .map_err(|e| e.to_string())?;
+        keys.extend(rows.iter().map(|r| Box::from(r.as_ref())));
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray, UInt32Array};
+
+    fn keys(columns: &[ArrayRef]) -> HashSet<Box<[u8]>> {
+        let types: Vec<DataType> = columns.iter().map(|c| c.data_type().clone()).collect();
+        let rows = converter(&types).unwrap().convert_columns(columns).unwrap();
+        rows.iter().map(|r| Box::from(r.as_ref())).collect()
+    }
+
+    /// Ids deleted in group 0 (by id) and in group 1 (by id, and by city with a null).
+    fn filter() -> EqualityFilter {
+        let by_id = KeySet {
+            columns: vec![0],
+            keys: keys(&[Arc::new(Int64Array::from(vec![2, 4]))]),
+        };
+        let by_city = KeySet {
+            columns: vec![1],
+            keys: keys(&[Arc::new(StringArray::from(vec![None, Some("Oslo")]))]),
+        };
+        EqualityFilter {
+            sets: vec![by_id, by_city],
+            groups: vec![vec![0], vec![0, 1]],
+            group_column: 2,
+            width: 1,
+        }
+    }
+
+    fn batch(groups: Vec<Option<u32>>) -> RecordBatch {
+        let n = groups.len() as i64;
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("city", DataType::Utf8, true),
+            Field::new(GROUP_COLUMN, DataType::UInt32, true),
+        ]);
+        let cities = ["Oslo", "Lima"];
+        let city: Vec<Option<&str>> = (0..n)
+            .map(|i| (i % 3 != 0).then(|| cities[i as usize % 2]))
+            .collect();
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from((0..n).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(city)),
+                Arc::new(UInt32Array::from(groups)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn ids(batch: &RecordBatch) -> Vec<i64> {
+        batch
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    #[test]
+    fn a_row_is_dropped_when_a_set_of_its_group_holds_its_key_nulls_equal() {
+        let f = filter();
+        // Cities of ids 0..6: null, Lima, Oslo, null, Oslo, Lima.
+        let out = f.apply(batch(vec![Some(0); 6])).unwrap();
+        assert_eq!(ids(&out), vec![0, 1, 3, 5]);
+        assert_eq!(out.num_columns(), 1);
+        let out = f.apply(batch(vec![Some(1); 6])).unwrap();
+        assert_eq!(ids(&out), vec![1, 5]);
+        let out = f.apply(batch(vec![None; 6])).unwrap();
+        assert_eq!(ids(&out), vec![0, 1, 2, 3, 4, 5]);
+        let mixed = vec![None, Some(1), Some(1), Some(0), Some(0), None];
+        assert_eq!(ids(&f.apply(batch(mixed)).unwrap()), vec![0, 1, 3, 5]);
+        assert!(f.apply(batch(vec![Some(7); 6])).is_err());
+    }
+
+    #[test]
+    fn a_filter_crosses_the_wire_whole_and_a_cut_one_is_refused() {
+        let f = filter();
+        let mut bytes = Vec::new();
+        f.encode(&mut bytes);
+        bytes.extend_from_slice(b"rest");
+        let (decoded, rest) = EqualityFilter::decode(&bytes).unwrap();
+        assert_eq!(decoded, f);
+        assert_eq!(rest, b"rest");
+        for cut in [0, 8, 30, bytes.len() - 5] {
+            assert!(
+                EqualityFilter::decode(&bytes[..cut]).is_none(),
+                "cut at {cut}"
+            );
+        }
+        let mut huge = bytes.clone();
+        huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(EqualityFilter::decode(&huge).is_none());
+    }
+}
