@@ -503,6 +503,7 @@ fn main() -> Result<()> {
         return runtime.block_on(child(scenario, mode, size));
     }
     let only = text("--scenario");
+    println!("allocator: {}", common::ALLOCATOR);
     let scenarios: [(&str, Vec<u64>); 6] = [
         ("memory", list("--memory-files", &[2_000])),
         ("entries", list("--entries", &[1_000_000])),

@@ -209,10 +209,23 @@ pub fn line_plot(x_title: &str, y_title: &str, xs: &[u64], series: &[Series]) ->
     )
 }
 
-/// The system allocator, counting the bytes live on the heap: what a run holds, apart from
-/// what the allocator keeps in reserve (RSS counts both). A bench that reports it declares
+/// The system allocator (mimalloc with the `bench-mimalloc` feature), counting the bytes live
+/// on the heap: what a run holds, apart from what the allocator keeps in reserve (RSS counts
+/// both). A bench that reports it declares
 /// `#[global_allocator] static HEAP: common::CountingHeap = common::CountingHeap;`.
 pub struct CountingHeap;
+
+#[cfg(not(feature = "bench-mimalloc"))]
+const INNER: std::alloc::System = std::alloc::System;
+#[cfg(feature = "bench-mimalloc")]
+const INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The allocator the benches run on, as their reports name it.
+pub const ALLOCATOR: &str = if cfg!(feature = "bench-mimalloc") {
+    "mimalloc"
+} else {
+    "the system's (glibc)"
+};
 
 static HEAP_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -221,11 +234,11 @@ pub fn heap_live_mib() -> f64 {
     HEAP_LIVE.load(std::sync::atomic::Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
 }
 
-// SAFETY: every call is forwarded to the system allocator with its own arguments; the
+// SAFETY: every call is forwarded to the inner allocator with its own arguments; the
 // counter only adds and subtracts the sizes it was given.
 unsafe impl std::alloc::GlobalAlloc for CountingHeap {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe { std::alloc::System.alloc(layout) };
+        let p = unsafe { INNER.alloc(layout) };
         if !p.is_null() {
             HEAP_LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
         }
@@ -233,12 +246,12 @@ unsafe impl std::alloc::GlobalAlloc for CountingHeap {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        unsafe { INNER.dealloc(ptr, layout) };
         HEAP_LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
     }
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        let p = unsafe { INNER.alloc_zeroed(layout) };
         if !p.is_null() {
             HEAP_LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
         }
@@ -246,7 +259,7 @@ unsafe impl std::alloc::GlobalAlloc for CountingHeap {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        let p = unsafe { INNER.realloc(ptr, layout, new) };
         if !p.is_null() {
             HEAP_LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
             HEAP_LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);

@@ -163,14 +163,25 @@ impl IcebergWriter {
 
     /// Appends one data file of `columns` as a new snapshot; returns its id.
     pub async fn append(&mut self, columns: Vec<Values>) -> iceberg::Result<i64> {
+        self.append_files(vec![columns]).await
+    }
+
+    /// Appends a data file of each of `files` (columns, as [`IcebergWriter::append`] takes
+    /// them) in one new snapshot, one manifest; returns its id.
+    pub async fn append_files(&mut self, files: Vec<Vec<Values>>) -> iceberg::Result<i64> {
         let schema = self.table.metadata().current_schema().clone();
-        let batch = batch(&schema, columns)?;
-        let parquet = ParquetWriterBuilder::new(WriterProperties::builder().build(), schema);
-        let mut writer = DataFileWriterBuilder::new(self.rolling(parquet, "part")?)
-            .build(None)
-            .await?;
-        writer.write(batch).await?;
-        let files = writer.close().await?;
+        let mut written = Vec::with_capacity(files.len());
+        for columns in files {
+            let batch = batch(&schema, columns)?;
+            let parquet =
+                ParquetWriterBuilder::new(WriterProperties::builder().build(), schema.clone());
+            let mut writer = DataFileWriterBuilder::new(self.rolling(parquet, "part")?)
+                .build(None)
+                .await?;
+            writer.write(batch).await?;
+            written.extend(writer.close().await?);
+        }
+        let files = written;
         let tx = Transaction::new(&self.table);
         let tx = tx.fast_append().add_data_files(files).apply(tx)?;
         self.table = tx.commit(&self.catalog).await?;
