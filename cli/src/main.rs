@@ -35,6 +35,11 @@ use datafusion_lakecache::LakeCache;
 
 use crate::statements::Runner;
 
+/// mimalloc, as datafusion-cli uses: at a million files a warm plan takes 10.1-10.4 s with
+/// it against 14.2 s with glibc's (docs/benchmarks.md, "Scale", "The process's allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// DataFusion's SQL client over data lakes, with handle, index and byte caching and
 /// prefetching. Flags shared with datafusion-cli mean what they mean there.
 #[derive(Debug, Parser)]
