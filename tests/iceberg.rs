@@ -434,6 +434,13 @@ async fn equality_deletes_are_applied_at_every_snapshot_as_the_crates_reader_app
                 "{at}: {limited:?}"
             );
         }
+        // EXPLAIN counts the delete files applied at the last snapshot: all three (the first
+        // two files have every one; the files appended later, only the later deletes).
+        let plan = rows(&ctx, "EXPLAIN SELECT id FROM t6")
+            .await
+            .unwrap()
+            .join("\n");
+        assert!(plan.contains("equality_delete_files=3"), "{plan}");
         // What the deletes left, spelled out at the last snapshot.
         let last = crates_rows(&w, snapshots[6]).await;
         let ids: Vec<i64> = last.iter().map(|r| r.0).collect();

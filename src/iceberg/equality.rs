@@ -180,6 +180,11 @@ impl EqualityFilter {
         self.width
     }
 
+    /// How many equality delete files it applies.
+    pub(crate) fn delete_files(&self) -> usize {
+        self.sets.len()
+    }
+
     /// The rows of `batch` no delete of their group names, in its first `width` columns.
     pub(crate) fn apply(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let kept: Vec<usize> = (0..self.width).collect();

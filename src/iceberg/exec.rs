@@ -273,7 +273,11 @@ impl DisplayAs for IcebergScanExec {
             f,
             "IcebergScanExec: table={}, snapshot={}, files={}",
             self.table, self.snapshot, self.files
-        )
+        )?;
+        match &self.equality {
+            Some(filter) => write!(f, ", equality_delete_files={}", filter.delete_files()),
+            None => Ok(()),
+        }
     }
 }
 
