@@ -63,4 +63,6 @@ mod guides {
     #[cfg(feature = "iceberg")]
     #[doc = include_str!("../docs/iceberg.md")]
     struct Iceberg;
+    #[doc = include_str!("../docs/tuning.md")]
+    struct Tuning;
 }

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
-use arrow::compute::{cast, filter_record_batch};
+use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::error::{DataFusionError, Result};
@@ -180,6 +180,20 @@ impl EqualityFilter {
         self.width
     }
 
+    /// Whether it reads only columns of an input of `columns` columns, keeps fewer than its
+    /// group column and knows every set its groups name: what a decoded filter must show
+    /// before it is applied.
+    pub(crate) fn fits(&self, columns: usize) -> bool {
+        self.group_column < columns
+            && self.width <= self.group_column
+            && self
+                .sets
+                .iter()
+                .flat_map(|s| &s.columns)
+                .all(|c| *c < columns && *c != self.group_column)
+            && self.groups.iter().flatten().all(|s| *s < self.sets.len())
+    }
+
     /// How many equality delete files it applies.
     pub(crate) fn delete_files(&self) -> usize {
         self.sets.len()
@@ -226,6 +240,39 @@ impl EqualityFilter {
         Ok(filtered.project(&kept)?)
     }
 
+    /// This filter for the files of groups `used` only: the other groups left empty and the
+    /// key sets none of `used` applies dropped, so a task that reads some files of a scan
+    /// does not carry every key of every delete file across the wire.
+    pub(crate) fn restricted_to(&self, used: &HashSet<u32>) -> Self {
+        let mut renumbered: HashMap<usize, usize> = HashMap::new();
+        let mut sets = Vec::new();
+        let groups = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                if !u32::try_from(g).is_ok_and(|g| used.contains(&g)) {
+                    return Vec::new();
+                }
+                group
+                    .iter()
+                    .map(|s| {
+                        *renumbered.entry(*s).or_insert_with(|| {
+                            sets.push(self.sets[*s].clone());
+                            sets.len() - 1
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        Self {
+            sets,
+            groups,
+            group_column: self.group_column,
+            width: self.width,
+        }
+    }
+
     /// This filter as bytes, for [`super::IcebergScanExec::encode`].
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let u64 = |out: &mut Vec<u8>, v: usize| out.extend_from_slice(&(v as u64).to_le_bytes());
@@ -256,9 +303,12 @@ impl EqualityFilter {
             *buf = rest;
             usize::try_from(u64::from_le_bytes(*head)).ok()
         }
-        // Every count is bounded by the bytes left, so a bad buffer cannot ask for a huge
-        // allocation.
+        // Every count is bounded by the bytes left (each item takes at least 8), so a bad
+        // buffer cannot ask for a huge allocation.
         fn count(buf: &mut &[u8]) -> Option<usize> {
+            u64(buf).filter(|n| *n <= buf.len() / 8)
+        }
+        fn bytes(buf: &mut &[u8]) -> Option<usize> {
             u64(buf).filter(|n| *n <= buf.len())
         }
         let group_column = u64(&mut buf)?;
@@ -280,23 +330,20 @@ impl EqualityFilter {
             let n = count(&mut buf)?;
             let mut keys = HashSet::with_capacity(n);
             for _ in 0..n {
-                let len = count(&mut buf)?;
+                let len = bytes(&mut buf)?;
                 let (key, rest) = buf.split_at(len);
                 keys.insert(Box::from(key));
                 buf = rest;
             }
             sets.push(KeySet { columns, keys });
         }
-        let sets_known = groups.iter().flatten().all(|s| *s < sets.len());
-        sets_known.then_some((
-            Self {
-                sets,
-                groups,
-                group_column,
-                width,
-            },
-            buf,
-        ))
+        let filter = Self {
+            sets,
+            groups,
+            group_column,
+            width,
+        };
+        filter.fits(usize::MAX).then_some((filter, buf))
     }
 }
 
@@ -345,7 +392,8 @@ async fn key_set(
         else {
             return Err(DataFusionError::NotImplemented(format!(
                 "Iceberg table {table}: the equality deletes {} compare field {id}, which is \
-                 not a top-level column of the table's schema",
+                 not a top-level column of the table's schema (if the column was added since \
+                 the table was registered, register it again)",
                 delete.file_path
             )));
         };
@@ -418,7 +466,13 @@ fn decode(
                     .iter()
                     .position(|f| field_id(f) == Some(*id))
                     .ok_or_else(|| format!("no column of field id {id}"))?;
-                cast(batch.column(i), ty).map_err(|e| e.to_string())
+                // A value that does not fit the table's type is an error, not a null key
+                // (which would delete every row with no value).
+                let options = CastOptions {
+                    safe: false,
+                    ..CastOptions::default()
+                };
+                cast_with_options(batch.column(i), ty, &options).map_err(|e| e.to_string())
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let rows = converter
@@ -504,6 +558,57 @@ mod tests {
         assert!(f.apply(batch(vec![Some(7); 6])).is_err());
     }
 
+    /// A Parquet file of one `long` column of field id 1.
+    fn delete_file(values: Vec<Option<i64>>) -> bytes::Bytes {
+        let field = Field::new("id", DataType::Int64, true).with_metadata(
+            [(
+                parquet::arrow::PARQUET_FIELD_ID_META_KEY.to_string(),
+                "1".to_string(),
+            )]
+            .into(),
+        );
+        let schema = Arc::new(Schema::new(vec![field]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(values))],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out.into()
+    }
+
+    #[test]
+    fn a_delete_value_the_tables_type_cannot_hold_is_an_error_not_a_null_key() {
+        let keys = decode(delete_file(vec![Some(7), None]), &[1], &[DataType::Int32]).unwrap();
+        let want = super::tests::keys(&[Arc::new(arrow::array::Int32Array::from(vec![
+            Some(7),
+            None,
+        ]))]);
+        assert_eq!(keys, want);
+        let err = decode(delete_file(vec![Some(1 << 40)]), &[1], &[DataType::Int32]).unwrap_err();
+        assert!(err.contains("1099511627776"), "{err}");
+        let err = decode(delete_file(vec![Some(1)]), &[2], &[DataType::Int64]).unwrap_err();
+        assert!(err.contains("field id 2"), "{err}");
+    }
+
+    #[test]
+    fn a_filter_restricted_to_some_groups_keeps_their_sets_only() {
+        let f = filter();
+        let only_first = f.restricted_to(&HashSet::from([0]));
+        assert_eq!(only_first.sets, vec![f.sets[0].clone()]);
+        assert_eq!(only_first.groups, vec![vec![0], vec![]]);
+        let only_second = f.restricted_to(&HashSet::from([1]));
+        assert_eq!(only_second.sets, f.sets);
+        assert_eq!(only_second.groups, vec![vec![], vec![0, 1]]);
+        // The rows of the group kept are filtered as before.
+        let rows = only_second.apply(batch(vec![Some(1); 6])).unwrap();
+        assert_eq!(ids(&rows), vec![1, 5]);
+        assert!(f.restricted_to(&HashSet::new()).sets.is_empty());
+    }
+
     #[test]
     fn a_filter_crosses_the_wire_whole_and_a_cut_one_is_refused() {
         let f = filter();
@@ -522,5 +627,13 @@ mod tests {
         let mut huge = bytes.clone();
         huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(EqualityFilter::decode(&huge).is_none());
+        // Its group column is the third: an input of two columns cannot be filtered by it.
+        assert!(f.fits(3) && !f.fits(2));
+        let mut wide = bytes.clone();
+        wide[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(
+            EqualityFilter::decode(&wide).is_none(),
+            "wider than its group column"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! equality deletes delete (with the columns read for them only), and passes everything else
 //! (partitions, statistics, filters) through.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use super::equality::EqualityFilter;
 use super::field_ids::FieldIdAdapterFactory;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Statistics, internal_err, plan_err};
+use datafusion::common::{ScalarValue, Statistics, internal_err, plan_err};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
@@ -138,8 +138,15 @@ impl IcebergScanExec {
         match &self.equality {
             None => out.0.push(0),
             Some(filter) => {
+                // Only the keys of the delete files the encoded files have.
+                let used: HashSet<u32> = scan_files(&self.input)
+                    .filter_map(|f| match f.partition_values.last() {
+                        Some(ScalarValue::UInt32(Some(group))) => Some(*group),
+                        _ => None,
+                    })
+                    .collect();
                 out.0.push(1);
-                filter.encode(&mut out.0);
+                filter.restricted_to(&used).encode(&mut out.0);
             }
         }
         out.0
@@ -170,6 +177,9 @@ impl IcebergScanExec {
             0 => None,
             _ => {
                 let (filter, rest) = EqualityFilter::decode(d.0).ok_or_else(bad)?;
+                if !filter.fits(input.schema().fields().len()) {
+                    return Err(bad());
+                }
                 d.0 = rest;
                 Some(Arc::new(filter))
             }

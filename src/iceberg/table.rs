@@ -31,7 +31,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use url::Url;
 
 use super::deletes::ScanDeletes;
-use super::equality::{EqualityDeletes, group_field};
+use super::equality::{EqualityDeletes, GROUP_COLUMN, group_field};
 use super::exec::IcebergScanExec;
 use super::field_ids::FieldIdAdapterFactory;
 use super::locate::{is_metadata_file, newest_metadata};
@@ -487,6 +487,13 @@ impl TableProvider for IcebergTable {
                 None,
             ),
             Some(equality) => {
+                if self.schema.field_with_name(GROUP_COLUMN).is_ok() {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "Iceberg table {}: a column is named {GROUP_COLUMN}, the name the scan \
+                         of equality deletes uses for its own",
+                        self.name
+                    )));
+                }
                 let mut read: Vec<usize> = match projection {
                     Some(p) => p.clone(),
                     None => (0..self.schema.fields().len()).collect(),
