@@ -135,14 +135,26 @@ async fn positions(
     storage: &StoreStorage,
     delete: &FileScanTaskDeleteFile,
 ) -> Result<HashMap<String, Vec<u64>>> {
-    let name = delete.file_path.clone();
-    let error = move |e: &dyn std::fmt::Display| {
+    read_delete_file(table, storage, delete, "position", decode).await
+}
+
+/// The delete file `delete` of `table` read whole and decoded by `decode` on a blocking
+/// thread; an error names the table, the `kind` of deletes and the file. A delete file is
+/// small and read in one ranged read, kept by the range cache (it is written once, under a
+/// name of its own).
+pub(super) async fn read_delete_file<T: Send + 'static>(
+    table: &str,
+    storage: &StoreStorage,
+    delete: &FileScanTaskDeleteFile,
+    kind: &str,
+    decode: impl FnOnce(bytes::Bytes) -> std::result::Result<T, String> + Send + 'static,
+) -> Result<T> {
+    let error = |e: &dyn std::fmt::Display| {
         DataFusionError::Execution(format!(
-            "Iceberg table {table}: reading the position deletes {name}: {e}"
+            "Iceberg table {table}: reading the {kind} deletes {}: {e}",
+            delete.file_path
         ))
     };
-    // A delete file is small and read whole: one ranged read, kept by the range cache (it
-    // is written once, under a name of its own).
     let path = storage.path_of(&delete.file_path).map_err(|e| error(&e))?;
     let bytes = storage
         .store()

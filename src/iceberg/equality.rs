@@ -24,10 +24,10 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::error::{DataFusionError, Result};
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::DataContentType;
-use object_store::ObjectStoreExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+use super::deletes::read_delete_file;
 use super::schema::field_id;
 use super::storage::StoreStorage;
 
@@ -406,24 +406,8 @@ async fn key_set(
             delete.file_path
         )));
     }
-    let name = delete.file_path.clone();
-    let error = move |e: &dyn std::fmt::Display| {
-        DataFusionError::Execution(format!(
-            "Iceberg table {table}: reading the equality deletes {name}: {e}"
-        ))
-    };
-    // A delete file is read whole: one ranged read, kept by the range cache (it is written
-    // once, under a name of its own).
-    let path = storage.path_of(&delete.file_path).map_err(|e| error(&e))?;
-    let bytes = storage
-        .store()
-        .get_range(&path, 0..delete.file_size_in_bytes)
-        .await
-        .map_err(|e| error(&e))?;
-    let keys = tokio::task::spawn_blocking(move || decode(bytes, &ids, &types))
-        .await
-        .map_err(|e| error(&e))?
-        .map_err(|e| error(&e))?;
+    let keys_of = move |bytes| decode(bytes, &ids, &types);
+    let keys = read_delete_file(table, storage, delete, "equality", keys_of).await?;
     Ok(KeySet { columns, keys })
 }
 
