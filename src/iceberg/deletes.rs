@@ -12,12 +12,14 @@
 //! are refused with an error naming the table and the file.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
 
 use arrow::array::{Array, AsArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::error::{DataFusionError, Result};
+use futures::{StreamExt, TryStreamExt};
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::DataContentType;
 use object_store::ObjectStoreExt;
@@ -81,16 +83,14 @@ impl ScanDeletes {
                 }
             }
         }
-        let mut by_delete_file = HashMap::with_capacity(distinct.len());
-        for chunk in distinct.chunks(DELETE_READS) {
-            let reads = chunk.iter().map(|d| positions(table, storage, d));
-            for (delete, found) in chunk
-                .iter()
-                .zip(futures::future::try_join_all(reads).await?)
-            {
-                by_delete_file.insert(delete.file_path.clone(), found);
-            }
-        }
+        // Collected first: a stream over the closure would not be `Send` for every lifetime.
+        let reads = distinct.iter().map(|d| positions(table, storage, d));
+        let found = each_delete_file(reads.collect()).await?;
+        let by_delete_file = distinct
+            .iter()
+            .map(|d| d.file_path.clone())
+            .zip(found)
+            .collect();
         Ok(Self { by_delete_file })
     }
 
@@ -115,6 +115,16 @@ impl ScanDeletes {
 
 /// How many delete files a scan reads at once.
 const DELETE_READS: usize = 32;
+
+/// The reads of delete files `reads`, [`DELETE_READS`] at once, their results in order.
+pub(super) async fn each_delete_file<T>(
+    reads: Vec<impl Future<Output = Result<T>>>,
+) -> Result<Vec<T>> {
+    futures::stream::iter(reads)
+        .buffered(DELETE_READS)
+        .try_collect()
+        .await
+}
 
 fn refused(
     table: &str,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
-use arrow::datatypes::{DataType, Field, FieldRef, Schema, UInt32Type};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::error::{DataFusionError, Result};
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
@@ -27,9 +27,10 @@ use iceberg::spec::DataContentType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::deletes::read_delete_file;
-use super::schema::field_id;
+use super::deletes::{each_delete_file, read_delete_file};
+use super::schema::position_of_id;
 use super::storage::StoreStorage;
+use super::wire::{Decoder, Encoder, bad};
 
 /// The hidden partition column that holds each data file's group number (null: none applies).
 pub(crate) const GROUP_COLUMN: &str = "__lakecache_iceberg_equality_group";
@@ -38,7 +39,7 @@ pub(crate) const GROUP_COLUMN: &str = "__lakecache_iceberg_equality_group";
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KeySet {
     /// The key columns: indices into the table's schema while planning, into the scan's
-    /// output once [`EqualityDeletes::filter`] placed them.
+    /// output once [`EqualityDeletes::scan`] placed them.
     columns: Vec<usize>,
     /// Each deleted key in the row format of the key columns' types.
     keys: HashSet<Box<[u8]>>,
@@ -56,7 +57,7 @@ pub(crate) struct EqualityDeletes {
 
 impl EqualityDeletes {
     /// Reads the equality delete files of `tasks` (a scan of `table`, whose columns are
-    /// `schema`'s), [`DELETE_READS`] at once, each decoded on a blocking thread; `None` when
+    /// `schema`'s), several at once, each decoded on a blocking thread; `None` when
     /// none applies. Refuses, naming the table and the file, a delete on a column the schema
     /// has no top-level column for.
     pub(crate) async fn read(
@@ -103,11 +104,14 @@ impl EqualityDeletes {
         if distinct.is_empty() {
             return Ok(None);
         }
-        let mut sets = Vec::with_capacity(distinct.len());
-        for chunk in distinct.chunks(DELETE_READS) {
-            let reads = chunk.iter().map(|d| key_set(table, storage, schema, d));
-            sets.extend(futures::future::try_join_all(reads).await?);
+        if schema.field_with_name(GROUP_COLUMN).is_ok() {
+            return Err(DataFusionError::NotImplemented(format!(
+                "Iceberg table {table}: a column is named {GROUP_COLUMN}, the name the scan of \
+                 equality deletes uses for its own"
+            )));
         }
+        let reads = distinct.iter().map(|d| key_set(table, storage, schema, d));
+        let sets = each_delete_file(reads.collect()).await?;
         Ok(Some(Self {
             sets,
             groups,
@@ -120,42 +124,44 @@ impl EqualityDeletes {
         self.task_groups.get(i).copied().flatten()
     }
 
-    /// The columns of the table's schema the sets compare, in order, without repeats.
-    pub(crate) fn key_columns(&self) -> Vec<usize> {
-        let mut columns: Vec<usize> = self.sets.iter().flat_map(|s| s.columns.clone()).collect();
-        columns.sort_unstable();
-        columns.dedup();
-        columns
-    }
-
-    /// The filter for a scan that reads the table's columns `read` (indices into its schema;
-    /// [`GROUP_COLUMN`] last) and keeps the first `width` of them.
-    pub(crate) fn filter(self, read: &[usize], width: usize) -> Result<EqualityFilter> {
-        let position = |column: usize| {
-            read.iter().position(|c| *c == column).ok_or_else(|| {
-                DataFusionError::Internal(format!("key column {column} not read by the scan"))
-            })
+    /// The columns a scan of `columns` table columns projected to `projection` reads, and
+    /// the filter above it: the projected columns, then the key columns not among them, then
+    /// [`GROUP_COLUMN`] (a partition column, after the table's); the filter keeps the
+    /// projected ones.
+    pub(crate) fn scan(
+        self,
+        projection: Option<&Vec<usize>>,
+        columns: usize,
+    ) -> (Vec<usize>, EqualityFilter) {
+        let mut read: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..columns).collect(),
+        };
+        let width = read.len();
+        let mut place = |column: usize| match read.iter().position(|c| *c == column) {
+            Some(at) => at,
+            None => {
+                read.push(column);
+                read.len() - 1
+            }
         };
         let sets = self
             .sets
             .into_iter()
-            .map(|set| {
-                Ok(KeySet {
-                    columns: set
-                        .columns
-                        .iter()
-                        .map(|c| position(*c))
-                        .collect::<Result<_>>()?,
-                    keys: set.keys,
-                })
+            .map(|set| KeySet {
+                columns: set.columns.iter().map(|c| place(*c)).collect(),
+                keys: set.keys,
             })
-            .collect::<Result<_>>()?;
-        Ok(EqualityFilter {
+            .collect();
+        let group_column = read.len();
+        read.push(columns);
+        let filter = EqualityFilter {
             sets,
             groups: self.groups,
-            group_column: read.len().saturating_sub(1),
+            group_column,
             width,
-        })
+        };
+        (read, filter)
     }
 }
 
@@ -273,68 +279,41 @@ impl EqualityFilter {
         }
     }
 
-    /// This filter as bytes, for [`super::IcebergScanExec::encode`].
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        let u64 = |out: &mut Vec<u8>, v: usize| out.extend_from_slice(&(v as u64).to_le_bytes());
-        u64(out, self.group_column);
-        u64(out, self.width);
-        u64(out, self.groups.len());
+    /// Writes this filter, for [`super::IcebergScanExec::encode`].
+    pub(super) fn encode(&self, out: &mut Encoder) {
+        out.usize(self.group_column);
+        out.usize(self.width);
+        out.usize(self.groups.len());
         for group in &self.groups {
-            u64(out, group.len());
-            group.iter().for_each(|s| u64(out, *s));
+            out.usize(group.len());
+            group.iter().for_each(|s| out.usize(*s));
         }
-        u64(out, self.sets.len());
+        out.usize(self.sets.len());
         for set in &self.sets {
-            u64(out, set.columns.len());
-            set.columns.iter().for_each(|c| u64(out, *c));
-            u64(out, set.keys.len());
-            for key in &set.keys {
-                u64(out, key.len());
-                out.extend_from_slice(key);
-            }
+            out.usize(set.columns.len());
+            set.columns.iter().for_each(|c| out.usize(*c));
+            out.usize(set.keys.len());
+            set.keys.iter().for_each(|key| out.bytes(key));
         }
     }
 
-    /// The filter [`EqualityFilter::encode`] gave the start of `buf` for, and the rest of
-    /// `buf`; `None` when it is not one.
-    pub(crate) fn decode(mut buf: &[u8]) -> Option<(Self, &[u8])> {
-        fn u64(buf: &mut &[u8]) -> Option<usize> {
-            let (head, rest) = buf.split_first_chunk::<8>()?;
-            *buf = rest;
-            usize::try_from(u64::from_le_bytes(*head)).ok()
-        }
-        // Every count is bounded by the bytes left (each item takes at least 8), so a bad
-        // buffer cannot ask for a huge allocation.
-        fn count(buf: &mut &[u8]) -> Option<usize> {
-            u64(buf).filter(|n| *n <= buf.len() / 8)
-        }
-        fn bytes(buf: &mut &[u8]) -> Option<usize> {
-            u64(buf).filter(|n| *n <= buf.len())
-        }
-        let group_column = u64(&mut buf)?;
-        let width = u64(&mut buf)?;
-        let mut groups = Vec::with_capacity(count(&mut buf)?);
-        for _ in 0..groups.capacity() {
-            let mut group = Vec::with_capacity(count(&mut buf)?);
-            for _ in 0..group.capacity() {
-                group.push(u64(&mut buf)?);
-            }
-            groups.push(group);
-        }
-        let mut sets = Vec::with_capacity(count(&mut buf)?);
-        for _ in 0..sets.capacity() {
-            let mut columns = Vec::with_capacity(count(&mut buf)?);
-            for _ in 0..columns.capacity() {
-                columns.push(u64(&mut buf)?);
-            }
-            let n = count(&mut buf)?;
-            let mut keys = HashSet::with_capacity(n);
-            for _ in 0..n {
-                let len = bytes(&mut buf)?;
-                let (key, rest) = buf.split_at(len);
-                keys.insert(Box::from(key));
-                buf = rest;
-            }
+    /// Reads the filter [`EqualityFilter::encode`] wrote; an error when it is not one.
+    pub(super) fn decode(d: &mut Decoder) -> Result<Self> {
+        let group_column = d.usize()?;
+        let width = d.usize()?;
+        // Every item is at least 8 bytes (a number, or a length before bytes).
+        let numbers = |d: &mut Decoder| -> Result<Vec<usize>> {
+            (0..d.count(8)?).map(|_| d.usize()).collect()
+        };
+        let groups = (0..d.count(8)?)
+            .map(|_| numbers(d))
+            .collect::<Result<Vec<_>>>()?;
+        let mut sets = Vec::new();
+        for _ in 0..d.count(8)? {
+            let columns = numbers(d)?;
+            let keys = (0..d.count(8)?)
+                .map(|_| d.bytes().map(Box::from))
+                .collect::<Result<HashSet<_>>>()?;
             sets.push(KeySet { columns, keys });
         }
         let filter = Self {
@@ -343,7 +322,11 @@ impl EqualityFilter {
             group_column,
             width,
         };
-        filter.fits(usize::MAX).then_some((filter, buf))
+        if filter.fits(usize::MAX) {
+            Ok(filter)
+        } else {
+            Err(bad())
+        }
     }
 }
 
@@ -370,9 +353,6 @@ fn converter(types: &[DataType]) -> Result<RowConverter> {
     )?)
 }
 
-/// How many delete files a scan reads at once.
-const DELETE_READS: usize = 32;
-
 /// The keys the equality delete file `delete` deletes, its columns placed in `schema`.
 async fn key_set(
     table: &str,
@@ -384,12 +364,7 @@ async fn key_set(
     let mut columns = Vec::with_capacity(ids.len());
     let mut types = Vec::with_capacity(ids.len());
     for id in &ids {
-        let Some((i, field)) = schema
-            .fields()
-            .iter()
-            .enumerate()
-            .find(|(_, f)| field_id(f) == Some(*id))
-        else {
+        let Some(i) = position_of_id(schema.fields(), *id) else {
             return Err(DataFusionError::NotImplemented(format!(
                 "Iceberg table {table}: the equality deletes {} compare field {id}, which is \
                  not a top-level column of the table's schema (if the column was added since \
@@ -398,7 +373,7 @@ async fn key_set(
             )));
         };
         columns.push(i);
-        types.push(field.data_type().clone());
+        types.push(schema.field(i).data_type().clone());
     }
     if ids.is_empty() {
         return Err(DataFusionError::Execution(format!(
@@ -419,16 +394,12 @@ fn decode(
     types: &[DataType],
 ) -> std::result::Result<HashSet<Box<[u8]>>, String> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
+    let column = |fields: &Fields, id: &i32| {
+        position_of_id(fields, *id).ok_or_else(|| format!("no column of field id {id}"))
+    };
     let roots = ids
         .iter()
-        .map(|id| {
-            builder
-                .schema()
-                .fields()
-                .iter()
-                .position(|f| field_id(f) == Some(*id))
-                .ok_or_else(|| format!("no column of field id {id}"))
-        })
+        .map(|id| column(builder.schema().fields(), id))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
     let batches = builder
@@ -444,12 +415,7 @@ fn decode(
             .iter()
             .zip(types)
             .map(|(id, ty)| {
-                let i = batch
-                    .schema()
-                    .fields()
-                    .iter()
-                    .position(|f| field_id(f) == Some(*id))
-                    .ok_or_else(|| format!("no column of field id {id}"))?;
+                let i = column(batch.schema().fields(), id)?;
                 // A value that does not fit the table's type is an error, not a null key
                 // (which would delete every row with no value).
                 let options = CastOptions {
@@ -596,28 +562,25 @@ mod tests {
     #[test]
     fn a_filter_crosses_the_wire_whole_and_a_cut_one_is_refused() {
         let f = filter();
-        let mut bytes = Vec::new();
-        f.encode(&mut bytes);
-        bytes.extend_from_slice(b"rest");
-        let (decoded, rest) = EqualityFilter::decode(&bytes).unwrap();
-        assert_eq!(decoded, f);
-        assert_eq!(rest, b"rest");
+        let mut out = Encoder::default();
+        f.encode(&mut out);
+        out.0.extend_from_slice(b"rest");
+        let bytes = out.0;
+        let mut d = Decoder(&bytes);
+        assert_eq!(EqualityFilter::decode(&mut d).unwrap(), f);
+        assert_eq!(d.0, b"rest");
         for cut in [0, 8, 30, bytes.len() - 5] {
-            assert!(
-                EqualityFilter::decode(&bytes[..cut]).is_none(),
-                "cut at {cut}"
-            );
+            let decoded = EqualityFilter::decode(&mut Decoder(&bytes[..cut]));
+            assert!(decoded.is_err(), "cut at {cut}");
         }
         let mut huge = bytes.clone();
         huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(EqualityFilter::decode(&huge).is_none());
+        assert!(EqualityFilter::decode(&mut Decoder(&huge)).is_err());
         // Its group column is the third: an input of two columns cannot be filtered by it.
         assert!(f.fits(3) && !f.fits(2));
         let mut wide = bytes.clone();
         wide[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        assert!(
-            EqualityFilter::decode(&wide).is_none(),
-            "wider than its group column"
-        );
+        let decoded = EqualityFilter::decode(&mut Decoder(&wide));
+        assert!(decoded.is_err(), "wider than its group column");
     }
 }

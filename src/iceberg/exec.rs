@@ -12,6 +12,7 @@ use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 
 use super::equality::EqualityFilter;
 use super::field_ids::FieldIdAdapterFactory;
+use super::wire::{Decoder, Encoder, bad};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{ScalarValue, Statistics, internal_err, plan_err};
@@ -19,7 +20,7 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_expr::PhysicalExpr;
@@ -125,18 +126,18 @@ impl IcebergScanExec {
                 Some((f.object_meta.location.to_string(), selection.selection()))
             })
             .collect();
-        out.u64(selected.len() as u64);
+        out.usize(selected.len());
         for (path, selection) in selected {
             out.text(&path);
             let selectors: Vec<RowSelector> = selection.iter().copied().collect();
-            out.u64(selectors.len() as u64);
+            out.usize(selectors.len());
             for s in selectors {
-                out.u64(s.row_count as u64);
-                out.0.push(u8::from(s.skip));
+                out.usize(s.row_count);
+                out.byte(u8::from(s.skip));
             }
         }
         match &self.equality {
-            None => out.0.push(0),
+            None => out.byte(0),
             Some(filter) => {
                 // Only the keys of the delete files the encoded files have.
                 let used: HashSet<u32> = scan_files(&self.input)
@@ -145,8 +146,8 @@ impl IcebergScanExec {
                         _ => None,
                     })
                     .collect();
-                out.0.push(1);
-                filter.restricted_to(&used).encode(&mut out.0);
+                out.byte(1);
+                filter.restricted_to(&used).encode(&mut out);
             }
         }
         out.0
@@ -158,14 +159,15 @@ impl IcebergScanExec {
     pub fn decode(buf: &[u8], input: Arc<dyn ExecutionPlan>) -> Result<Self> {
         let mut d = Decoder(buf);
         let snapshot = d.u64()? as i64;
-        let files = usize::try_from(d.u64()?).map_err(|_| bad())?;
+        let files = d.usize()?;
         let table = d.text()?;
         let mut selections = HashMap::new();
-        for _ in 0..d.u64()? {
+        // A path is at least its length; a selector its count and its kind.
+        for _ in 0..d.count(8)? {
             let path = d.text()?;
             let mut selectors = Vec::new();
-            for _ in 0..d.u64()? {
-                let count = usize::try_from(d.u64()?).map_err(|_| bad())?;
+            for _ in 0..d.count(9)? {
+                let count = d.usize()?;
                 selectors.push(match d.byte()? {
                     0 => RowSelector::select(count),
                     _ => RowSelector::skip(count),
@@ -176,15 +178,14 @@ impl IcebergScanExec {
         let equality = match d.byte()? {
             0 => None,
             _ => {
-                let (filter, rest) = EqualityFilter::decode(d.0).ok_or_else(bad)?;
+                let filter = EqualityFilter::decode(&mut d)?;
                 if !filter.fits(input.schema().fields().len()) {
                     return Err(bad());
                 }
-                d.0 = rest;
                 Some(Arc::new(filter))
             }
         };
-        if !d.0.is_empty() {
+        if !d.is_done() {
             return Err(bad());
         }
         let Some((config, _)) = input
@@ -230,51 +231,6 @@ fn scan_files(plan: &Arc<dyn ExecutionPlan>) -> impl Iterator<Item = &Partitione
         .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
         .into_iter()
         .flat_map(|(config, _)| config.file_groups.iter().flat_map(|g| g.iter()))
-}
-
-fn bad() -> DataFusionError {
-    DataFusionError::Plan("not an encoded IcebergScanExec".to_string())
-}
-
-/// Little-endian integers and length-prefixed text.
-#[derive(Default)]
-struct Encoder(Vec<u8>);
-
-impl Encoder {
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-
-    fn text(&mut self, s: &str) {
-        self.u64(s.len() as u64);
-        self.0.extend_from_slice(s.as_bytes());
-    }
-}
-
-struct Decoder<'a>(&'a [u8]);
-
-impl Decoder<'_> {
-    fn u64(&mut self) -> Result<u64> {
-        let (v, rest) = self.0.split_first_chunk::<8>().ok_or_else(bad)?;
-        self.0 = rest;
-        Ok(u64::from_le_bytes(*v))
-    }
-
-    fn byte(&mut self) -> Result<u8> {
-        let (v, rest) = self.0.split_first().ok_or_else(bad)?;
-        self.0 = rest;
-        Ok(*v)
-    }
-
-    fn text(&mut self) -> Result<String> {
-        let n = usize::try_from(self.u64()?).map_err(|_| bad())?;
-        if n > self.0.len() {
-            return Err(bad());
-        }
-        let (text, rest) = self.0.split_at(n);
-        self.0 = rest;
-        String::from_utf8(text.to_vec()).map_err(|_| bad())
-    }
 }
 
 impl DisplayAs for IcebergScanExec {

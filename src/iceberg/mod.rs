@@ -62,6 +62,7 @@ mod predicate;
 mod schema;
 mod storage;
 mod table;
+mod wire;
 
 use std::sync::Arc;
 

@@ -30,6 +30,11 @@ pub(crate) fn field_id(field: &Field) -> Option<i32> {
         .ok()
 }
 
+/// The position among `fields` of the one of Iceberg field id `id`.
+pub(crate) fn position_of_id(fields: &Fields, id: i32) -> Option<usize> {
+    fields.iter().position(|f| field_id(f) == Some(id))
+}
+
 fn arrow_field(field: &NestedFieldRef, table: &str) -> Result<FieldRef> {
     let data_type = arrow_type(&field.field_type, table)?;
     let metadata = HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), field.id.to_string())]);

@@ -31,7 +31,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use url::Url;
 
 use super::deletes::ScanDeletes;
-use super::equality::{EqualityDeletes, GROUP_COLUMN, group_field};
+use super::equality::{EqualityDeletes, group_field};
 use super::exec::IcebergScanExec;
 use super::field_ids::FieldIdAdapterFactory;
 use super::locate::{is_metadata_file, newest_metadata};
@@ -406,19 +406,16 @@ impl IcebergTable {
         }
         if let Some(group) = equality_group {
             file.partition_values = vec![ScalarValue::UInt32(group)];
-            if group.is_some() {
-                // Equality deletes drop rows above the scan: its row count is not the file's.
-                return Ok(match deletes.surviving_rows(task) {
-                    Some(survivors) => file.with_extension(survivors),
-                    None => file,
-                });
-            }
         }
         if let Some(survivors) = deletes.surviving_rows(task) {
             // The manifest's row count is the file's, not what its deletes leave.
             return Ok(file.with_extension(survivors));
         }
-        if let (true, Some(rows)) = (whole, task.record_count) {
+        // Nor when equality deletes drop rows above the scan.
+        let rows = task
+            .record_count
+            .filter(|_| equality_group.flatten().is_none());
+        if let (true, Some(rows)) = (whole, rows) {
             let mut statistics = Statistics::new_unknown(&self.schema);
             statistics.num_rows = Precision::Exact(rows as usize);
             file = file.with_statistics(Arc::new(statistics));
@@ -487,25 +484,7 @@ impl TableProvider for IcebergTable {
                 None,
             ),
             Some(equality) => {
-                if self.schema.field_with_name(GROUP_COLUMN).is_ok() {
-                    return Err(DataFusionError::NotImplemented(format!(
-                        "Iceberg table {}: a column is named {GROUP_COLUMN}, the name the scan \
-                         of equality deletes uses for its own",
-                        self.name
-                    )));
-                }
-                let mut read: Vec<usize> = match projection {
-                    Some(p) => p.clone(),
-                    None => (0..self.schema.fields().len()).collect(),
-                };
-                let width = read.len();
-                for column in equality.key_columns() {
-                    if !read.contains(&column) {
-                        read.push(column);
-                    }
-                }
-                read.push(self.schema.fields().len());
-                let filter = equality.filter(&read, width)?;
+                let (read, filter) = equality.scan(projection, self.schema.fields().len());
                 let schema = TableSchema::builder(Arc::clone(&self.schema))
                     .with_table_partition_cols(vec![group_field()])
                     .build();
