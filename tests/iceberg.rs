@@ -326,24 +326,14 @@ async fn sql_rows(ctx: &SessionContext, sql: &str) -> Vec<City> {
     let mut out = Vec::new();
     for b in batches {
         let ids = b.column(0).as_primitive::<Int64Type>();
-        let cities = b.column(1).as_string_view_opt().map_or_else(
-            || {
-                let c = b.column(1).as_string::<i32>();
-                (0..b.num_rows())
-                    .map(|i| (!c.is_null(i)).then(|| c.value(i).to_string()))
-                    .collect::<Vec<_>>()
-            },
-            |c| {
-                (0..b.num_rows())
-                    .map(|i| (!c.is_null(i)).then(|| c.value(i).to_string()))
-                    .collect()
-            },
-        );
+        // Utf8 or Utf8View, as the session reads strings: compared as Utf8.
+        let cities = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Utf8).unwrap();
+        let cities = cities.as_string::<i32>();
         let values = b.column(2).as_primitive::<Float64Type>();
-        for (i, city) in cities.into_iter().enumerate() {
+        for i in 0..b.num_rows() {
             out.push((
                 ids.value(i),
-                city,
+                (!cities.is_null(i)).then(|| cities.value(i).to_string()),
                 (!values.is_null(i)).then(|| values.value(i)),
             ));
         }
