@@ -15,7 +15,8 @@
 //! store:
 //! `--latency-ms` (default 25) per real request, below range coalescing, with the tail drawn
 //! per request from a fixed seed, and one `--gbit` (default 1) Gbit/s link.
-//! `cargo bench --bench tail` (options: `-- --runs N --files N --latency-ms N --gbit N`).
+//! `cargo bench --bench tail` (options: `-- --runs N --files N --latency-ms N --gbit N`;
+//! `--first-contact-only 1` leaves out the cold runs).
 
 mod common;
 
@@ -106,7 +107,12 @@ async fn main() -> Result<()> {
         bandwidth / 125_000_000
     );
     let mut figures: Vec<(Vec<Duration>, u64, u64)> = vec![(Vec::new(), 0, 0); SIDES.len()];
-    for _ in 0..runs {
+    let cold_runs = if arg("--first-contact-only", 0) == 1 {
+        0
+    } else {
+        runs
+    };
+    for _ in 0..cold_runs {
         for (side, (_, hedge)) in SIDES.iter().enumerate() {
             let (took, gets, hedged) = cold(&store, *hedge).await?;
             figures[side].0.push(took);
@@ -114,22 +120,24 @@ async fn main() -> Result<()> {
             figures[side].2 += hedged;
         }
     }
-    let plain_gets = figures[1].1;
-    for ((name, _), (times, gets, hedged)) in SIDES.iter().zip(&figures) {
+    if cold_runs > 0 {
+        let plain_gets = figures[1].1;
+        for ((name, _), (times, gets, hedged)) in SIDES.iter().zip(&figures) {
+            println!(
+                "{name:<18} p50 {:>7.1} ms  p90 {:>7.1} ms  p99 {:>7.1} ms  max {:>7.1} ms  \
+                 GETs {gets:>6} ({:+.1}% against lakecache), hedges {hedged}",
+                percentile(times, 50.0),
+                percentile(times, 90.0),
+                percentile(times, 99.0),
+                percentile(times, 100.0),
+                100.0 * (*gets as f64 / plain_gets.max(1) as f64 - 1.0),
+            );
+        }
         println!(
-            "{name:<18} p50 {:>7.1} ms  p90 {:>7.1} ms  p99 {:>7.1} ms  max {:>7.1} ms  \
-             GETs {gets:>6} ({:+.1}% against lakecache), hedges {hedged}",
-            percentile(times, 50.0),
-            percentile(times, 90.0),
-            percentile(times, 99.0),
-            percentile(times, 100.0),
-            100.0 * (*gets as f64 / plain_gets.max(1) as f64 - 1.0),
+            "p99 without hedging against with it: {:.2}x",
+            percentile(&figures[1].0, 99.0) / percentile(&figures[2].0, 99.0)
         );
     }
-    println!(
-        "p99 without hedging against with it: {:.2}x",
-        percentile(&figures[1].0, 99.0) / percentile(&figures[2].0, 99.0)
-    );
     println!("first contact (registration + the query), medians of {runs} fresh caches:");
     for (name, hedge) in [("defaults", true), ("no hedge", false)] {
         let (mut tail, mut even) = (Vec::new(), Vec::new());

@@ -9,9 +9,10 @@
 //!   in a hundred 20 times longer, one 1 Gbit/s link, e_tags that are digests).
 //!
 //! Each query runs once cold on every side (its answers compared: they must be equal), then
-//! `--runs` (default 5) times warm on each side in turn; the figures are the medians, the
-//! requests those the remote side's warm runs sent. Every session has 2 partitions.
+//! `--runs` (default 5) times warm on each side in turn (each run starting with the next
+//! side); the figures are the medians, the requests those the remote side's warm runs sent. Every session has 2 partitions.
 //! `cargo bench --bench tpch` (options: `-- --data DIR --runs N --latency-ms N --query qN`;
+//! `--explain 1` prints the plans of vanilla DataFusion and the installed session instead;
 //! `LAKECACHE_*` variables set both caches' settings, for a trial; the figures reported are
 //! of the defaults).
 
@@ -148,6 +149,13 @@ async fn main() -> Result<()> {
             continue;
         }
         let sides = [&vanilla, &installed, &cached];
+        if arg("--explain", 0) == 1 {
+            for ctx in &sides[..2] {
+                let plan = ctx.sql(&format!("EXPLAIN {sql}")).await?.collect().await?;
+                println!("{}", pretty_format_batches(&plan)?);
+            }
+            continue;
+        }
         let mut answers = Vec::new();
         let mut cold = Duration::ZERO;
         for (i, ctx) in sides.iter().enumerate() {
@@ -163,9 +171,12 @@ async fn main() -> Result<()> {
         }
         let mut times = [Vec::new(), Vec::new(), Vec::new()];
         remote.reset();
-        for _ in 0..runs {
-            for (i, ctx) in sides.iter().enumerate() {
-                times[i].push(answer(ctx, &sql).await?.1);
+        for run in 0..runs {
+            // Each run starts with another side, so that no side always follows the same one
+            // (and finds the CPU's caches as that one left them).
+            for k in 0..sides.len() {
+                let i = (run + k) % sides.len();
+                times[i].push(answer(sides[i], &sql).await?.1);
             }
         }
         let requests = remote.counts();
