@@ -13,6 +13,7 @@
 //! side); the figures are the medians, the requests those the remote side's warm runs sent. Every session has 2 partitions.
 //! `cargo bench --bench tpch` (options: `-- --data DIR --runs N --latency-ms N --query qN`;
 //! `--explain 1` prints the plans of vanilla DataFusion and the installed session instead;
+//! `--plans-only 1` times the warm runs' planning alone (to a physical plan, not run);
 //! `LAKECACHE_*` variables set both caches' settings, for a trial; the figures reported are
 //! of the defaults).
 
@@ -94,6 +95,13 @@ async fn answer(ctx: &SessionContext, sql: &str) -> Result<(String, Duration)> {
     Ok((pretty_format_batches(&batches)?.to_string(), took))
 }
 
+/// Plans `sql` to its physical plan, without running it; the time that took.
+async fn planned(ctx: &SessionContext, sql: &str) -> Result<Duration> {
+    let began = std::time::Instant::now();
+    ctx.sql(sql).await?.create_physical_plan().await?;
+    Ok(began.elapsed())
+}
+
 fn median(mut times: Vec<Duration>) -> f64 {
     times.sort();
     ms(times[times.len() / 2])
@@ -144,6 +152,7 @@ async fn main() -> Result<()> {
     );
     let (mut sums, mut slower, mut differ) = ([0.0f64; 3], Vec::new(), Vec::new());
     let only = text("--query");
+    let plans_only = arg("--plans-only", 0) == 1;
     for (name, sql) in queries() {
         if only.as_ref().is_some_and(|q| *q != name) {
             continue;
@@ -176,7 +185,10 @@ async fn main() -> Result<()> {
             // (and finds the CPU's caches as that one left them).
             for k in 0..sides.len() {
                 let i = (run + k) % sides.len();
-                times[i].push(answer(sides[i], &sql).await?.1);
+                times[i].push(match plans_only {
+                    true => planned(sides[i], &sql).await?,
+                    false => answer(sides[i], &sql).await?.1,
+                });
             }
         }
         let requests = remote.counts();
