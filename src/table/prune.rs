@@ -89,3 +89,73 @@ pub(crate) fn without_pruned_files(
         .collect();
     Some(groups)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::stats::Precision;
+    use datafusion::common::{ColumnStatistics, ScalarValue, Statistics};
+    use datafusion::datasource::listing::PartitionedFile;
+    use datafusion::datasource::physical_plan::FileScanConfigBuilder;
+    use datafusion::execution::object_store::ObjectStoreUrl;
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{binary, col, lit};
+
+    /// A scan of `files` files, file `i` holding ids `i * 10 ..= i * 10 + 9`, in two groups,
+    /// with the predicate `id < 10` (which only file 0 can match).
+    fn scan(files: usize) -> (FileScanConfig, ParquetSource) {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let predicate = binary(
+            col("id", &schema).unwrap(),
+            Operator::Lt,
+            lit(10i64),
+            &schema,
+        )
+        .unwrap();
+        let source = ParquetSource::new(Arc::clone(&schema)).with_predicate(predicate);
+        let file = |i: usize| {
+            let bounds = ColumnStatistics::new_unknown()
+                .with_min_value(Precision::Exact(ScalarValue::Int64(Some(i as i64 * 10))))
+                .with_max_value(Precision::Exact(ScalarValue::Int64(Some(
+                    i as i64 * 10 + 9,
+                ))))
+                .with_null_count(Precision::Exact(0));
+            let mut statistics = Statistics::new_unknown(&schema);
+            statistics.num_rows = Precision::Exact(10);
+            statistics.column_statistics = vec![bounds];
+            PartitionedFile::new(format!("lake/f{i}.parquet"), 100)
+                .with_statistics(Arc::new(statistics))
+        };
+        let groups = vec![
+            FileGroup::new((0..files).step_by(2).map(file).collect()),
+            FileGroup::new((1..files).step_by(2).map(file).collect()),
+        ];
+        let config = FileScanConfigBuilder::new(
+            ObjectStoreUrl::parse("s3://lake").unwrap(),
+            Arc::new(source.clone()),
+        )
+        .with_file_groups(groups)
+        .build();
+        (config, source)
+    }
+
+    #[test]
+    fn a_scan_of_many_files_drops_those_its_statistics_rule_out_keeping_its_groups() {
+        let (config, source) = scan(MIN_FILES);
+        let groups = without_pruned_files(&config, &source).expect("files ruled out");
+        assert_eq!(groups.len(), 2, "as many groups as before");
+        let left: Vec<String> = groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .map(|f| f.object_meta.location.to_string())
+            .collect();
+        assert_eq!(left, ["lake/f0.parquet"]);
+    }
+
+    #[test]
+    fn a_scan_of_few_files_is_left_to_the_opener() {
+        let (config, source) = scan(MIN_FILES - 1);
+        assert!(without_pruned_files(&config, &source).is_none());
+    }
+}

@@ -184,7 +184,8 @@ fn map_parquet_scans(
         .downcast_ref::<DataSourceExec>()
         .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
     {
-        // Files the predicate rules out by their statistics never reach the opener.
+        // Files the predicate rules out by their statistics never reach the opener (in scans
+        // of many files; see `prune`).
         let mut config = config.clone();
         if let Some(groups) = without_pruned_files(&config, source) {
             config.file_groups = groups;
