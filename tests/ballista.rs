@@ -784,11 +784,14 @@ async fn the_client_reads_every_processes_lifetime_figures_and_the_placement_in_
             }
         };
         counters("scheduler", cluster.scheduler.setup.lake());
+        // Which executor ran which task depends on the machine's load (a task waits at most
+        // 100 ms for its preferred executor), so the memory hits are summed, not asked of each.
+        let mut memory_hits = 0;
         for (name, executor) in &cluster.executors {
             counters(name, executor.setup.lake());
-            let hits = &(name.clone(), "range.memory".into(), "hits".into());
-            assert!(figures[hits] > 0, "{name} served the warm run from memory");
+            memory_hits += figures[&(name.clone(), "range.memory".into(), "hits".into())];
         }
+        assert!(memory_hits > 0, "the warm run was served from memory");
         let placed =
             |metric: &str| figures[&("scheduler".into(), "placement".into(), metric.into())];
         assert_eq!(placed("preferred"), placement.preferred);
