@@ -10,9 +10,11 @@
 //!
 //! Each query runs once cold on every side (its answers compared: they must be equal), then
 //! `--runs` (default 5) times warm on each side in turn (each run starting with the next
-//! side); the figures are the medians, the requests those the remote side's warm runs sent. Every session has 2 partitions.
+//! side); the figures are the medians, the requests those the remote side's warm runs sent.
+//! Every session has 2 partitions.
 //! `cargo bench --bench tpch` (options: `-- --data DIR --runs N --latency-ms N --query qN`;
-//! `--explain 1` prints the plans of vanilla DataFusion and the installed session instead;
+//! `--explain 1` compares vanilla DataFusion's plan of each query with the installed
+//! session's instead, printing both where they differ;
 //! `--plans-only 1` times the warm runs' planning alone (to a physical plan, not run);
 //! `LAKECACHE_*` variables set both caches' settings, for a trial; the figures reported are
 //! of the defaults).
@@ -153,15 +155,26 @@ async fn main() -> Result<()> {
     let (mut sums, mut slower, mut differ) = ([0.0f64; 3], Vec::new(), Vec::new());
     let only = text("--query");
     let plans_only = arg("--plans-only", 0) == 1;
+    let explain = arg("--explain", 0) == 1;
     for (name, sql) in queries() {
         if only.as_ref().is_some_and(|q| *q != name) {
             continue;
         }
         let sides = [&vanilla, &installed, &cached];
-        if arg("--explain", 0) == 1 {
+        if explain {
+            let mut plans = Vec::new();
             for ctx in &sides[..2] {
                 let plan = ctx.sql(&format!("EXPLAIN {sql}")).await?.collect().await?;
-                println!("{}", pretty_format_batches(&plan)?);
+                plans.push(pretty_format_batches(&plan)?.to_string());
+            }
+            if plans[0] == plans[1] {
+                println!("{name}: the same plan");
+            } else {
+                println!(
+                    "{name}: vanilla's plan\n{}\ninstalled\n{}",
+                    plans[0], plans[1]
+                );
+                differ.push(name);
             }
             continue;
         }
@@ -205,10 +218,19 @@ async fn main() -> Result<()> {
             c / v,
             ms(cold),
             requests.head,
-            requests.list,
             requests.get,
+            requests.list,
             if equal { "equal" } else { "DIFFERENT" }
         );
+    }
+    if explain {
+        let differ = if differ.is_empty() {
+            "none".to_string()
+        } else {
+            differ.join(", ")
+        };
+        println!("plans that differ: {differ}");
+        return Ok(());
     }
     println!(
         "sum of medians: vanilla local {:.1} ms, installed local {:.1} ms ({:.2}x), cached \
