@@ -418,6 +418,7 @@ impl LakeCacheBuilder {
                 settings: Arc::new(s),
                 counters: Arc::default(),
                 log_formats: log_formats(),
+                awaiting: Default::default(),
             },
         })
     }

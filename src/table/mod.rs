@@ -9,12 +9,15 @@
 //! - `reader.rs`: `LakeReader`, the Parquet reader: footers and bloom filters from the index
 //!   cache, every other byte by "lease, else read".
 //! - `planner.rs`: the query planner of installed sessions, which gives every Parquet scan
-//!   of the final plan its reader and prefetcher.
+//!   of the final plan its prefetcher (and its reader, if its table gave it none).
 //! - `scans.rs`: [`ScanCaches`], what scans need of a `LakeCache`.
-//! - `prune.rs`: files a scan's predicate rules out by their statistics, dropped as the scan
-//!   is given its reader (DataFusion would create each one's reader and then skip it).
+//! - `awaiting.rs`: [`AwaitingPlan`](awaiting::AwaitingPlan), the readers an installed
+//!   session's tables gave their scans, found again in the final plan.
+//! - `prune.rs`: files a scan's predicate rules out by their statistics, dropped from the
+//!   final plan (DataFusion would create each one's reader and then skip it).
 //! - `factory.rs`: [`LakeTableFactory`] for `CREATE EXTERNAL TABLE ... STORED AS PARQUET`.
 
+mod awaiting;
 mod factory;
 mod file_groups;
 mod planner;
@@ -119,15 +122,15 @@ impl LakeTable {
         &self.inner
     }
 
-    /// Gives every Parquet scan of `plan` its lake reader, unless the session was installed,
-    /// where the query planner does it (with prefetching) on the final plan.
+    /// Gives every Parquet scan of `plan` its lake reader. In an installed session the query
+    /// planner gives it its prefetcher on the final plan (and prunes its files then).
     fn with_lake_readers(
         &self,
         state: &dyn Session,
         plan: Arc<dyn ExecutionPlan>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if state.config().get_extension::<Installed>().is_some() {
-            return Ok(plan);
+            return self.scans.awaiting_final_plan(plan, state.runtime_env());
         }
         self.scans
             .rewrite(plan, state.config_options(), state.runtime_env(), false)

@@ -1,12 +1,14 @@
 //! [`LakeQueryPlanner`]: gives every Parquet scan of an installed session's final plan its
-//! reader and its prefetcher.
+//! prefetcher (and its reader, if its table did not give it one).
 //!
 //! A scan's prefetcher needs what only the final plan knows: the predicate DataFusion pushes
 //! into the scan during physical optimization, the projection after projection pushdown, and
 //! the file groups after large files were split across partitions. And it needs the session
 //! that plans: its settings, and its runtime, whose memory pool `SET
 //! datafusion.runtime.memory_limit` replaces. A query planner sees both, so `install()`
-//! wraps the session's planner in this one, which rewrites the plan the inner one made.
+//! wraps the session's planner in this one, which finishes the plan the inner one made: a
+//! scan whose table gave it its reader keeps it and only binds the prefetcher, so the plan
+//! is left as it is (see `awaiting.rs`); any other is rebuilt with a reader of its own.
 
 use std::sync::Arc;
 

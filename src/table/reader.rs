@@ -45,7 +45,9 @@ pub(crate) struct LakeReaderFactory {
     index: IndexCache,
     /// The session's own footer cache, which DataFusion's planning filled.
     planning: Option<Arc<FileMetadataCache>>,
-    prefetcher: Option<Prefetcher>,
+    /// Given with the factory, or once the final plan is known (see
+    /// [`AwaitingPlan`](super::awaiting::AwaitingPlan)): before any reader is created.
+    prefetcher: OnceLock<Prefetcher>,
     /// The scan's figures, registered in its metrics set by the first reader.
     metrics: OnceLock<ScanMetrics>,
     /// The version each file of the scan was pinned to by its first reader.
@@ -92,10 +94,20 @@ impl LakeReaderFactory {
             reads,
             index,
             planning,
-            prefetcher,
+            prefetcher: prefetcher.map(OnceLock::from).unwrap_or_default(),
             metrics: OnceLock::new(),
             pins: Pins::default(),
         }
+    }
+
+    /// The store reads the readers read through.
+    pub(crate) fn reads(&self) -> &StoreReads {
+        &self.reads
+    }
+
+    /// Gives the scan its prefetcher, once the final plan sized it; `false` if it had one.
+    pub(crate) fn bind_prefetcher(&self, prefetcher: Prefetcher) -> bool {
+        self.prefetcher.set(prefetcher).is_ok()
     }
 }
 
@@ -116,7 +128,7 @@ impl ParquetFileReaderFactory for LakeReaderFactory {
         let version = self.pins.of(&planned).unwrap_or(planned);
         let lease = self
             .prefetcher
-            .as_ref()
+            .get()
             .and_then(|p| p.open(&version, &scan))
             .map(Arc::new);
         let file_metrics =

@@ -1,12 +1,13 @@
 //! [`ScanCaches`]: what a scan needs of a `LakeCache`, and how a Parquet scan of a plan is
 //! given its [`LakeReaderFactory`] (and, in an installed session, its prefetcher).
 
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::datasource::physical_plan::{
-    FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
-};
+use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -17,6 +18,7 @@ use datafusion::physical_plan::{
 };
 
 use super::LakeReaderFactory;
+use super::awaiting::{AwaitingPlan, address};
 use super::prune::without_pruned_files;
 use crate::config::{LakeOptions, Settings};
 use crate::object::StoreKey;
@@ -33,6 +35,8 @@ pub struct ScanCaches {
     /// The table formats whose scans name their files from a log (registered by the layers
     /// above: Delta Lake's, with the `delta` feature).
     pub(crate) log_formats: Arc<[NamesFilesByLog]>,
+    /// Readers installed sessions' tables gave their scans, until the final plan.
+    pub(crate) awaiting: AwaitingPlan,
 }
 
 /// Whether a plan node is a table format's scan whose files its log names, written once
@@ -67,7 +71,10 @@ impl ScanCaches {
 
     /// Gives every Parquet scan of `plan` that uses one of DataFusion's own reader factories
     /// a [`LakeReaderFactory`]; with `prefetch`, each scan also gets its prefetcher, sized by
-    /// the session's `options` and reserving in `runtime`'s memory pool.
+    /// the session's `options` and reserving in `runtime`'s memory pool. A scan whose reader
+    /// its table gave it ([`ScanCaches::awaiting_final_plan`]) keeps it, and the plan is left
+    /// as it is unless files are pruned. A scan whose reader is already the crate's and not
+    /// awaiting (a plan passed twice) is left as it is too.
     pub(crate) fn rewrite(
         &self,
         plan: Arc<dyn ExecutionPlan>,
@@ -75,35 +82,93 @@ impl ScanCaches {
         runtime: &Arc<RuntimeEnv>,
         prefetch: bool,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        // The readers this pass bound: a second scan sharing one gets its own.
+        let bound = RefCell::new(HashSet::new());
         let scan = |config: &FileScanConfig, source: &ParquetSource, above: Above| {
-            // Reader factories are not `Any`; DataFusion's own are recognised by type name,
-            // and a scan with none (a table format's, built by hand) gets DataFusion's default
-            // when it opens a file. Another product's factory, and encrypted scans (whose
-            // readers need decryption properties the footer loads do not use), are left as
-            // they are.
-            let ours = source.parquet_file_reader_factory().is_none_or(|current| {
-                let name = type_name(current.as_ref());
-                name == "CachedParquetFileReaderFactory"
-                    || name == "DefaultParquetFileReaderFactory"
-            });
-            if !ours || encrypted(source) {
-                return Ok(None);
+            let given = source.parquet_file_reader_factory();
+            let awaited = given.and_then(|f| self.awaiting.take(f));
+            if let Some(factory) = &awaited {
+                bound.borrow_mut().insert(address(factory));
+                // Below a table format's scan the reads are named by its log: a new reader.
+                if !above.by_log {
+                    let prefetcher = match prefetch {
+                        true => self.prefetcher(
+                            config,
+                            source,
+                            options,
+                            runtime,
+                            factory.reads(),
+                            above,
+                        ),
+                        false => None,
+                    };
+                    if let Some(prefetcher) = prefetcher {
+                        let first = factory.bind_prefetcher(prefetcher);
+                        debug_assert!(first, "a reader awaiting its plan has no prefetcher");
+                    }
+                    return Ok(Reader::Kept);
+                }
+            }
+            let shared = given.is_some_and(|f| bound.borrow().contains(&address(f)));
+            if awaited.is_none() && !shared && !self.replaces(source) {
+                return Ok(Reader::Left);
             }
             let reads = self.reads(runtime, &config.object_store_url)?;
             let reads = match above.by_log {
                 true => reads.named_by_log(),
                 false => reads,
             };
-            let planning = Some(runtime.cache_manager.get_file_metadata_cache());
             let prefetcher = match prefetch {
                 true => self.prefetcher(config, source, options, runtime, &reads, above),
                 false => None,
             };
-            let index = self.caches.index.clone();
-            let factory = LakeReaderFactory::new(reads, index, planning, prefetcher);
-            Ok(Some(Arc::new(factory) as Arc<dyn ParquetFileReaderFactory>))
+            Ok(Reader::New(self.factory(runtime, reads, prefetcher)))
         };
-        map_parquet_scans(plan, Above::default(), &self.log_formats, &scan)
+        map_parquet_scans(plan, Above::default(), &self.log_formats, true, &scan)
+    }
+
+    /// Gives every Parquet scan of `plan`, planned by a table of an installed session, a
+    /// [`LakeReaderFactory`] whose prefetcher the session's query planner binds once the
+    /// final plan is known (see [`AwaitingPlan`]). Files are pruned then too.
+    pub(crate) fn awaiting_final_plan(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        runtime: &Arc<RuntimeEnv>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let scan = |config: &FileScanConfig, source: &ParquetSource, _: Above| {
+            if !self.replaces(source) {
+                return Ok(Reader::Left);
+            }
+            let reads = self.reads(runtime, &config.object_store_url)?;
+            let factory = self.factory(runtime, reads, None);
+            self.awaiting.add(&factory);
+            Ok(Reader::New(factory))
+        };
+        map_parquet_scans(plan, Above::default(), &self.log_formats, false, &scan)
+    }
+
+    /// Whether the scan's reader is one this crate replaces: DataFusion's own (recognised by
+    /// type name, as reader factories are not `Any`) or none (a table format's scan, built by
+    /// hand, gets DataFusion's default when it opens a file). Another product's factory, and
+    /// encrypted scans (whose readers need decryption properties the footer loads do not
+    /// use), are left as they are.
+    fn replaces(&self, source: &ParquetSource) -> bool {
+        let ours = source.parquet_file_reader_factory().is_none_or(|current| {
+            let name = type_name(current.as_ref());
+            name == "CachedParquetFileReaderFactory" || name == "DefaultParquetFileReaderFactory"
+        });
+        ours && !encrypted(source)
+    }
+
+    fn factory(
+        &self,
+        runtime: &RuntimeEnv,
+        reads: StoreReads,
+        prefetcher: Option<Prefetcher>,
+    ) -> Arc<LakeReaderFactory> {
+        let planning = Some(runtime.cache_manager.get_file_metadata_cache());
+        let index = self.caches.index.clone();
+        Arc::new(LakeReaderFactory::new(reads, index, planning, prefetcher))
     }
 
     fn prefetcher(
@@ -164,20 +229,31 @@ impl Above {
     }
 }
 
-/// What gives a Parquet scan its reader factory: its config, its source, and where it sits
-/// (`Some` replaces the factory).
-type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, Above) -> Result<Option<Arc<dyn ParquetFileReaderFactory>>>
-    + 'a;
+/// What a scan's rewrite does with its reader.
+pub(crate) enum Reader {
+    /// Not the crate's to replace: the scan is left as it is.
+    Left,
+    /// The scan's reader stays (it is the crate's, now bound to this plan).
+    Kept,
+    /// The scan is given this reader.
+    New(Arc<LakeReaderFactory>),
+}
 
-/// Rebuilds every Parquet scan of `plan` whose reader factory `f` replaces, leaving the rest
-/// of the scan (projection, predicate, files) as it was. Below a table format's scan
-/// (one of `log_formats`) the files are the log's; if that scan refuses its rebuilt
-/// inputs (Delta's with deletion vectors checks that they are the ones it planned), it keeps
-/// them, and its reads still go through the store wrapper's caches.
+/// What gives a Parquet scan its reader: its config, its source, and where it sits.
+type ScanRewrite<'a> = dyn Fn(&FileScanConfig, &ParquetSource, Above) -> Result<Reader> + 'a;
+
+/// Rebuilds every Parquet scan of `plan` whose reader `f` replaces, or that keeps its reader
+/// while, with `prune`, its predicate rules out some of its files; the rest of the scan
+/// (projection, predicate, files) stays as it was. Nodes above scans left as they are are
+/// left as they are too. Below a table
+/// format's scan (one of `log_formats`) the files are the log's; if that scan refuses its
+/// rebuilt inputs (Delta's with deletion vectors checks that they are the ones it planned),
+/// it keeps them, and its reads still go through the store wrapper's caches.
 fn map_parquet_scans(
     plan: Arc<dyn ExecutionPlan>,
     above: Above,
     log_formats: &[NamesFilesByLog],
+    prune: bool,
     f: &ScanRewrite<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     if let Some((config, source)) = plan
@@ -186,15 +262,27 @@ fn map_parquet_scans(
     {
         // Files the predicate rules out by their statistics never reach the opener (in scans
         // of many files; see `prune`).
-        let mut config = config.clone();
-        if let Some(groups) = without_pruned_files(&config, source) {
-            config.file_groups = groups;
-        }
-        let Some(factory) = f(&config, source, above)? else {
-            return Ok(plan);
+        let pruned = match prune {
+            true => without_pruned_files(config, source),
+            false => None,
         };
-        let source = source.clone().with_parquet_file_reader_factory(factory);
-        let config = FileScanConfigBuilder::from(config)
+        let config = match pruned {
+            Some(groups) => {
+                let mut config = config.clone();
+                config.file_groups = groups;
+                Cow::Owned(config)
+            }
+            None => Cow::Borrowed(config),
+        };
+        let source = match f(&config, source, above)? {
+            Reader::Left => return Ok(plan),
+            Reader::Kept if matches!(config, Cow::Borrowed(_)) => return Ok(plan),
+            Reader::Kept => source.clone(),
+            Reader::New(factory) => source
+                .clone()
+                .with_parquet_file_reader_factory(factory as _),
+        };
+        let config = FileScanConfigBuilder::from(config.into_owned())
             .with_source(Arc::new(source))
             .build();
         return Ok(DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>);
@@ -203,7 +291,7 @@ fn map_parquet_scans(
     let children = plan
         .children()
         .into_iter()
-        .map(|child| map_parquet_scans(Arc::clone(child), below, log_formats, f))
+        .map(|child| map_parquet_scans(Arc::clone(child), below, log_formats, prune, f))
         .collect::<Result<Vec<_>>>()?;
     if !above.by_log && below.by_log {
         let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
@@ -242,4 +330,171 @@ fn type_name(value: &dyn std::fmt::Debug) -> String {
     let mut head = Head(String::new());
     let _ = std::fmt::write(&mut head, format_args!("{value:?}"));
     head.0
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::physical_plan::collect;
+    use datafusion::physical_plan::union::UnionExec;
+    use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+
+    use super::*;
+    use crate::LakeCache;
+    use crate::testkit::lake::{LakeSpec, write_lake};
+
+    /// An installed session over a lake of `files` files as table `t`, and its caches.
+    async fn installed(files: usize) -> (LakeCache, SessionContext) {
+        let lake = LakeCache::builder().build().unwrap();
+        let store = Arc::new(InMemory::new());
+        let spec = LakeSpec::small_files(files);
+        write_lake(store.as_ref(), &Path::from("lake"), &spec)
+            .await
+            .unwrap();
+        let state = lake
+            .install(SessionStateBuilder::new().with_default_features())
+            .unwrap()
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let url = url::Url::parse("memory://").unwrap();
+        ctx.register_object_store(&url, store);
+        ctx.register_parquet("t", "memory:///lake/", ParquetReadOptions::default())
+            .await
+            .unwrap();
+        (lake, ctx)
+    }
+
+    /// DataFusion's physical plan of `sql`, before the installed session's query planner
+    /// finishes it.
+    async fn planned(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let state = ctx.state();
+        let logical = state.create_logical_plan(sql).await.unwrap();
+        let logical = state.optimize(&logical).unwrap();
+        DefaultPhysicalPlanner::default()
+            .create_physical_plan(&logical, &state)
+            .await
+            .unwrap()
+    }
+
+    /// The readers (their addresses) and file counts of the plan's Parquet scans, in the
+    /// plan's order.
+    fn scans_of(plan: &Arc<dyn ExecutionPlan>) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        if let Some((config, source)) = plan
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+        {
+            let reader = address(source.parquet_file_reader_factory().unwrap());
+            let files = config.file_groups.iter().map(|g| g.len()).sum();
+            found.push((reader, files));
+        }
+        for child in plan.children() {
+            found.extend(scans_of(child));
+        }
+        found
+    }
+
+    fn rows(batches: &[datafusion::arrow::record_batch::RecordBatch]) -> i64 {
+        let column = batches[0].column(0);
+        column
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0)
+    }
+
+    /// The final plan of a query over an installed session's table: the scan's reader is the
+    /// one its table gave it, and the query planner's pass binds its prefetcher and leaves
+    /// every node as DataFusion built it (no property of the plan is computed again).
+    #[tokio::test]
+    async fn a_scan_given_its_reader_by_its_table_keeps_it_and_the_plan_is_left_as_it_is() {
+        let (lake, ctx) = installed(2).await;
+        let planned = planned(&ctx, "SELECT count(*) FROM t WHERE id >= 0").await;
+        let state = ctx.state();
+        let scans: &ScanCaches = lake.as_ref();
+        let (options, runtime) = (state.config_options(), state.runtime_env());
+        let finished = scans
+            .rewrite(Arc::clone(&planned), options, runtime, true)
+            .unwrap();
+        assert!(
+            Arc::ptr_eq(&finished, &planned),
+            "the plan is left as it is"
+        );
+
+        let before = lake.stats().prefetch.scans;
+        let batches = collect(Arc::clone(&finished), ctx.task_ctx())
+            .await
+            .unwrap();
+        assert_eq!(rows(&batches), 10_000);
+        assert_eq!(
+            lake.stats().prefetch.scans,
+            before + 1,
+            "the scan ran with the prefetcher the final plan bound"
+        );
+
+        // A plan finished once is left as it is by a second pass: its reader is complete.
+        let again = scans
+            .rewrite(Arc::clone(&finished), options, runtime, true)
+            .unwrap();
+        assert!(Arc::ptr_eq(&again, &finished));
+    }
+
+    /// A scan whose predicate rules out some of its files is rebuilt without them, with the
+    /// reader its table gave it, and the query answers as before.
+    #[tokio::test]
+    async fn a_scan_whose_files_are_pruned_keeps_its_reader() {
+        // Ids are contiguous per file (5,000 each): `id < 10000` keeps 2 of the 8 files.
+        let (lake, ctx) = installed(8).await;
+        let planned = planned(&ctx, "SELECT count(*) FROM t WHERE id < 10000").await;
+        let [(given, 8)] = scans_of(&planned)[..] else {
+            panic!("one scan of 8 files: {:?}", scans_of(&planned).len());
+        };
+        let state = ctx.state();
+        let scans: &ScanCaches = lake.as_ref();
+        let finished = scans
+            .rewrite(
+                Arc::clone(&planned),
+                state.config_options(),
+                state.runtime_env(),
+                true,
+            )
+            .unwrap();
+        let [(kept, 2)] = scans_of(&finished)[..] else {
+            panic!("the scan keeps 2 files");
+        };
+        assert_eq!(kept, given, "the table's reader is kept");
+
+        let before = lake.stats().prefetch.scans;
+        let batches = collect(finished, ctx.task_ctx()).await.unwrap();
+        assert_eq!(rows(&batches), 10_000);
+        assert_eq!(lake.stats().prefetch.scans, before + 1);
+    }
+
+    /// Two scans of one plan sharing the reader their table gave one of them: the first
+    /// keeps it, the second gets one of its own (a reader's prefetcher sizes one scan).
+    #[tokio::test]
+    async fn a_second_scan_sharing_a_reader_gets_its_own() {
+        let (lake, ctx) = installed(2).await;
+        let scan = planned(&ctx, "SELECT id FROM t").await;
+        let [(given, _)] = scans_of(&scan)[..] else {
+            panic!("one scan");
+        };
+        let plan = UnionExec::try_new(vec![Arc::clone(&scan), scan]).unwrap();
+        let state = ctx.state();
+        let scans: &ScanCaches = lake.as_ref();
+        let finished = scans
+            .rewrite(plan, state.config_options(), state.runtime_env(), true)
+            .unwrap();
+        let readers: Vec<usize> = scans_of(&finished).iter().map(|s| s.0).collect();
+        assert_eq!(readers.len(), 2);
+        assert_eq!(readers[0], given, "the first scan keeps it");
+        assert_ne!(readers[1], readers[0], "the second gets its own");
+
+        let batches = collect(finished, ctx.task_ctx()).await.unwrap();
+        let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(total, 20_000);
+    }
 }

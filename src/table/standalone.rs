@@ -191,8 +191,8 @@ impl TableProvider for StandaloneTable {
                     plan = rule.optimize(plan, state.config_options())?;
                 }
             }
-            // The session is installed, so the table left its scans to the query planner,
-            // which a host does not run: they get the caches' reader and prefetcher here.
+            // The session is installed, so the table left binding its scans' prefetchers to
+            // the query planner, which a host does not run: they are bound here.
             let plan = scans.rewrite(plan, state.config_options(), state.runtime_env(), true)?;
             Ok(Arc::new(OwnRuntimeExec::new(plan, &state)) as Arc<dyn ExecutionPlan>)
         };
