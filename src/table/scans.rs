@@ -1,14 +1,15 @@
 //! [`ScanCaches`]: what a scan needs of a `LakeCache`, and how a Parquet scan of a plan is
 //! given its [`LakeReaderFactory`] (and, in an installed session, its prefetcher).
 
-use std::borrow::Cow;
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::internal_datafusion_err;
 use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilder, ParquetSource};
-use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::source::{DataSource, DataSourceExec};
 use datafusion::error::Result;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -266,23 +267,24 @@ fn map_parquet_scans(
             true => without_pruned_files(config, source),
             false => None,
         };
-        let config = match pruned {
-            Some(groups) => {
-                let mut config = config.clone();
-                config.file_groups = groups;
-                Cow::Owned(config)
-            }
-            None => Cow::Borrowed(config),
-        };
-        let source = match f(&config, source, above)? {
+        let pruned = pruned.map(|groups| {
+            let mut config = config.clone();
+            config.file_groups = groups;
+            config
+        });
+        let source = match f(pruned.as_ref().unwrap_or(config), source, above)? {
             Reader::Left => return Ok(plan),
-            Reader::Kept if matches!(config, Cow::Borrowed(_)) => return Ok(plan),
+            Reader::Kept if pruned.is_none() => return Ok(plan),
             Reader::Kept => source.clone(),
             Reader::New(factory) => source
                 .clone()
                 .with_parquet_file_reader_factory(factory as _),
         };
-        let config = FileScanConfigBuilder::from(config.into_owned())
+        let config = match pruned {
+            Some(config) => config,
+            None => into_config(plan)?,
+        };
+        let config = FileScanConfigBuilder::from(config)
             .with_source(Arc::new(source))
             .build();
         return Ok(DataSourceExec::from_data_source(config) as Arc<dyn ExecutionPlan>);
@@ -304,6 +306,25 @@ fn map_parquet_scans(
         };
     }
     replace_children_if_necessary(plan, children)
+}
+
+/// The config of `scan` (a `DataSourceExec` over a `FileScanConfig`), moved out when nothing
+/// else holds the scan, as when its table has just planned it; copied otherwise. A copy
+/// copies every file of the scan: a cost per file on every plan of a large table.
+fn into_config(scan: Arc<dyn ExecutionPlan>) -> Result<FileScanConfig> {
+    let not_a_file_scan = || internal_datafusion_err!("a Parquet scan without a file scan config");
+    let scan: Arc<dyn Any + Send + Sync> = scan;
+    let exec = Arc::unwrap_or_clone(
+        scan.downcast::<DataSourceExec>()
+            .map_err(|_| not_a_file_scan())?,
+    );
+    let source: Arc<dyn DataSource> = Arc::clone(exec.data_source());
+    let source: Arc<dyn Any + Send + Sync> = source;
+    drop(exec);
+    let config = source
+        .downcast::<FileScanConfig>()
+        .map_err(|_| not_a_file_scan())?;
+    Ok(Arc::unwrap_or_clone(config))
 }
 
 /// Whether the scan reads encrypted Parquet.
@@ -334,6 +355,7 @@ fn type_name(value: &dyn std::fmt::Debug) -> String {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::catalog::TableProvider;
     use datafusion::execution::SessionStateBuilder;
     use datafusion::physical_plan::collect;
     use datafusion::physical_plan::union::UnionExec;
@@ -496,5 +518,56 @@ mod tests {
         let batches = collect(finished, ctx.task_ctx()).await.unwrap();
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
         assert_eq!(total, 20_000);
+    }
+    /// Where the first Parquet scan of `plan` keeps its files' paths: the same buffers after
+    /// a rewrite if the files were moved, other buffers if they were copied.
+    fn path_buffers(plan: &Arc<dyn ExecutionPlan>) -> Vec<*const u8> {
+        let exec = plan.downcast_ref::<DataSourceExec>().expect("a scan");
+        let (config, _) = exec.downcast_to_file_source::<ParquetSource>().unwrap();
+        let files = config.file_groups.iter().flat_map(|g| g.iter());
+        files
+            .map(|f| f.object_meta.location.as_ref().as_ptr())
+            .collect()
+    }
+
+    /// A table's scan, given its reader right after the table planned it, keeps its files
+    /// where they are: a copy would cost a copy of every file on every plan. A scan held
+    /// elsewhere as well is copied, and the copy held elsewhere is left as it was.
+    #[tokio::test]
+    async fn a_scan_its_table_just_planned_is_given_its_reader_without_copying_its_files() {
+        let (lake, ctx) = installed(4).await;
+        let table = ctx.table_provider("t").await.unwrap();
+        let table = table.downcast_ref::<super::super::LakeTable>().unwrap();
+        let state = ctx.state();
+        let scans: &ScanCaches = lake.as_ref();
+        let scan = || table.listing_table().scan(&state, None, &[], None);
+
+        let planned = scan().await.unwrap();
+        let [(datafusions, 4)] = scans_of(&planned)[..] else {
+            panic!("one scan of 4 files");
+        };
+        let files = path_buffers(&planned);
+        let given = scans
+            .awaiting_final_plan(planned, state.runtime_env())
+            .unwrap();
+        let [(reader, 4)] = scans_of(&given)[..] else {
+            panic!("one scan of 4 files");
+        };
+        assert_ne!(reader, datafusions, "the scan has the crate's reader");
+        assert_eq!(path_buffers(&given), files, "its files were moved");
+
+        let planned = scan().await.unwrap();
+        let held = Arc::clone(&planned);
+        let given = scans
+            .awaiting_final_plan(planned, state.runtime_env())
+            .unwrap();
+        assert_ne!(path_buffers(&given), path_buffers(&held), "copied");
+        assert_ne!(scans_of(&given)[0].0, scans_of(&held)[0].0);
+        let batches = collect(held, ctx.task_ctx()).await.unwrap();
+        let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(
+            total, 20_000,
+            "the scan held elsewhere still reads every file"
+        );
     }
 }
