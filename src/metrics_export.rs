@@ -163,6 +163,12 @@ const FIGURES: &[(&str, Kind, Unit, &str)] = &[
         "Footers loaded or proven for a listing before it ended.",
     ),
     (
+        "planning_hits",
+        Kind::Counter,
+        Unit::Count,
+        "Footers served to DataFusion's planning on a miss of its own footer cache.",
+    ),
+    (
         "bytes_served",
         Kind::Counter,
         Unit::Bytes,

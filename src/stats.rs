@@ -144,6 +144,9 @@ pub struct IndexStats {
     /// Footers loaded (or proven) for a listing before it ended, so that registering or
     /// scanning a table found them cached (`lakecache.index.on_listing`).
     pub warmed: u64,
+    /// Footers served to DataFusion's planning (schema inference, file statistics) on a miss
+    /// of its own footer cache, neither read nor decoded again.
+    pub planning_hits: u64,
 }
 
 /// Figures of the range cache.
@@ -323,6 +326,7 @@ impl LakeStats {
             ("index", "loads_in_flight", self.index.loads_in_flight),
             ("index", "reloads", self.index.reloads),
             ("index", "warmed", self.index.warmed),
+            ("index", "planning_hits", self.index.planning_hits),
         ]);
         let r = &self.range;
         rows.extend([

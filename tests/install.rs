@@ -78,6 +78,49 @@ async fn installed_sessions_use_lake_tables_and_cached_stores() {
     }
 }
 
+/// Planning (schema inference, every file's statistics) takes the footers DataFusion's own
+/// cache no longer holds from the index cache: with DataFusion's caches emptied (as their
+/// bounds would empty them of a large table) and no range cache to serve the footers' bytes,
+/// registering the table again reads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planning_takes_the_footers_datafusion_no_longer_holds_from_the_index_cache() {
+    for b in backends("install_planning") {
+        b.write(&LakeSpec::small_files(4)).await;
+        let lake = LakeCache::builder().range_cache(false).build().unwrap();
+        let counted = b.counting();
+        let want = scan(&b, b.raw.clone(), WORKLOAD[0]).await.unwrap();
+        let ctx = session(&lake);
+        ctx.register_object_store(&b.store_url, counted.clone());
+        for round in 0..2 {
+            let caches = &ctx.runtime_env().cache_manager;
+            caches.get_file_metadata_cache().clear();
+            if let Some(statistics) = caches.get_file_statistic_cache() {
+                statistics.clear();
+            }
+            counted.reset();
+            let before = lake.stats().index.planning_hits;
+            let table = format!("t{round}");
+            ctx.register_parquet(&table, b.table_url(), ParquetReadOptions::default())
+                .await
+                .unwrap();
+            let c = counted.counts();
+            let served = lake.stats().index.planning_hits - before;
+            if round == 1 {
+                assert_eq!(c.get, 0, "{}: no footer read again: {c:?}", b.name);
+                assert!(served >= 4, "{}: every footer from the index cache", b.name);
+            }
+            let sql = WORKLOAD[0].replace("FROM t", &format!("FROM {table} AS t"));
+            let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+            assert_eq!(
+                sorted_lines(&batches).unwrap(),
+                want,
+                "{} round {round}",
+                b.name
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_formats_stay_listing_tables() {
     let dir = tempfile::tempdir().unwrap();

@@ -119,6 +119,8 @@ struct Inner {
     reloads: AtomicU64,
     /// Footers loaded (or proven) for a listing before it ended.
     warmed: AtomicU64,
+    /// Footers served to DataFusion's planning.
+    planning_hits: AtomicU64,
 }
 
 impl IndexCache {
@@ -174,6 +176,7 @@ impl IndexCache {
                 rejected: AtomicU64::new(0),
                 reloads: AtomicU64::new(0),
                 warmed: AtomicU64::new(0),
+                planning_hits: AtomicU64::new(0),
             }),
         })
     }
@@ -211,6 +214,7 @@ impl IndexCache {
             loads_in_flight: lock(&i.loading).len() as u64,
             reloads: i.reloads.load(Relaxed),
             warmed: i.warmed.load(Relaxed),
+            planning_hits: i.planning_hits.load(Relaxed),
         }
     }
 
@@ -355,6 +359,11 @@ impl IndexCache {
     /// Counts a footer loaded (or proven) for a listing before it ended.
     pub(crate) fn note_warmed(&self) {
         self.inner.warmed.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a footer served to DataFusion's planning on a miss of its own footer cache.
+    pub(crate) fn note_planning_hit(&self) {
+        self.inner.planning_hits.fetch_add(1, Relaxed);
     }
 
     /// The cached footer of `version`, if present, without loading it.

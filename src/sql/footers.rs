@@ -71,7 +71,11 @@ impl SessionFooters {
 
 impl Cache<Path, CachedFileMetadataEntry> for SessionFooters {
     fn get(&self, key: &Path) -> Option<CachedFileMetadataEntry> {
-        self.own.get(key).or_else(|| self.shared(key))
+        self.own.get(key).or_else(|| {
+            let shared = self.shared(key)?;
+            self.caches.index.note_planning_hit();
+            Some(shared)
+        })
     }
 
     fn put(&self, key: &Path, value: CachedFileMetadataEntry) -> Option<CachedFileMetadataEntry> {
