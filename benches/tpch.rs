@@ -16,6 +16,8 @@
 //! `--explain 1` compares vanilla DataFusion's plan of each query with the installed
 //! session's instead, printing both where they differ;
 //! `--plans-only 1` times the warm runs' planning alone (to a physical plan, not run);
+//! `--side-alone vanilla|installed|remote` runs the warm runs of that side alone, to profile
+//! it;
 //! `LAKECACHE_*` variables set both caches' settings, for a trial; the figures reported are
 //! of the defaults).
 
@@ -34,6 +36,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use url::Url;
+
+/// The sides, as `--side-alone` names them.
+const SIDES: [&str; 3] = ["vanilla", "installed", "remote"];
 
 const TABLES: [&str; 8] = [
     "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
@@ -109,6 +114,24 @@ fn median(mut times: Vec<Duration>) -> f64 {
     ms(times[times.len() / 2])
 }
 
+/// Installed against vanilla in two estimates steadier than the ratio of medians on a shared
+/// machine: the median of each run's own ratio (the two sides ran next to each other, so
+/// slow stretches of the machine hit both), and the ratio of the fastest runs (what noise
+/// only adds to).
+fn steadier(vanilla: &[Duration], installed: &[Duration]) -> (f64, f64) {
+    let mut paired: Vec<f64> = vanilla
+        .iter()
+        .zip(installed)
+        .map(|(v, i)| i.as_secs_f64() / v.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    let fastest = |t: &[Duration]| t.iter().min().map_or(f64::NAN, |d| d.as_secs_f64());
+    (
+        paired[paired.len() / 2],
+        fastest(installed) / fastest(vanilla),
+    )
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let dir = data_dir();
@@ -149,13 +172,28 @@ async fn main() -> Result<()> {
         latency.as_millis()
     );
     println!(
-        "query | vanilla, local disk | installed, local disk (x vanilla) | cached remote (x \
-         vanilla) | remote cold | warm requests | answers"
+        "query | vanilla, local disk | installed, local disk (x vanilla) | installed / vanilla: \
+         median of paired runs, fastest runs | cached remote (x vanilla) | remote cold | warm \
+         requests | answers"
     );
     let (mut sums, mut slower, mut differ) = ([0.0f64; 3], Vec::new(), Vec::new());
+    let (mut slower_paired, mut slower_fastest) = (Vec::new(), Vec::new());
+    let listed = |v: &[String]| match v.is_empty() {
+        true => "none".to_string(),
+        false => v.join(", "),
+    };
     let only = text("--query");
     let plans_only = arg("--plans-only", 0) == 1;
     let explain = arg("--explain", 0) == 1;
+    let alone = match text("--side-alone") {
+        None => None,
+        Some(side) => Some(SIDES.iter().position(|s| *s == side).ok_or_else(|| {
+            DataFusionError::Configuration(format!(
+                "--side-alone {side}: not one of {}",
+                SIDES.join(", ")
+            ))
+        })?),
+    };
     for (name, sql) in queries() {
         if only.as_ref().is_some_and(|q| *q != name) {
             continue;
@@ -191,6 +229,14 @@ async fn main() -> Result<()> {
         if !equal {
             differ.push(name.clone());
         }
+        if let Some(side) = alone {
+            let mut times = Vec::new();
+            for _ in 0..runs {
+                times.push(answer(sides[side], &sql).await?.1);
+            }
+            println!("{name} | {:.1} ({})", median(times), SIDES[side]);
+            continue;
+        }
         let mut times = [Vec::new(), Vec::new(), Vec::new()];
         remote.reset();
         for run in 0..runs {
@@ -205,6 +251,7 @@ async fn main() -> Result<()> {
             }
         }
         let requests = remote.counts();
+        let (paired, fastest) = steadier(&times[0], &times[1]);
         let [v, i, c] = times.map(median);
         sums[0] += v;
         sums[1] += i;
@@ -212,8 +259,15 @@ async fn main() -> Result<()> {
         if i > v {
             slower.push(format!("{name} {:.2}x", i / v));
         }
+        if paired > 1.0 {
+            slower_paired.push(format!("{name} {paired:.3}x"));
+        }
+        if fastest > 1.0 {
+            slower_fastest.push(format!("{name} {fastest:.3}x"));
+        }
         println!(
-            "{name} | {v:.1} | {i:.1} ({:.2}x) | {c:.1} ({:.2}x) | {:.0} | {}/{}/{} | {}",
+            "{name} | {v:.1} | {i:.1} ({:.2}x) | {paired:.3}x, {fastest:.3}x | {c:.1} ({:.2}x) | \
+             {:.0} | {}/{}/{} | {}",
             i / v,
             c / v,
             ms(cold),
@@ -224,32 +278,22 @@ async fn main() -> Result<()> {
         );
     }
     if explain {
-        let differ = if differ.is_empty() {
-            "none".to_string()
-        } else {
-            differ.join(", ")
-        };
-        println!("plans that differ: {differ}");
+        println!("plans that differ: {}", listed(&differ));
         return Ok(());
     }
     println!(
         "sum of medians: vanilla local {:.1} ms, installed local {:.1} ms ({:.2}x), cached \
-         remote {:.1} ms ({:.2}x); installed slower than vanilla: {}; answers not equal: {}",
+         remote {:.1} ms ({:.2}x); installed slower than vanilla: by medians {}; by paired \
+         runs {}; by fastest runs {}; answers not equal: {}",
         sums[0],
         sums[1],
         sums[1] / sums[0],
         sums[2],
         sums[2] / sums[0],
-        if slower.is_empty() {
-            "none".to_string()
-        } else {
-            slower.join(", ")
-        },
-        if differ.is_empty() {
-            "none".to_string()
-        } else {
-            differ.join(", ")
-        },
+        listed(&slower),
+        listed(&slower_paired),
+        listed(&slower_fastest),
+        listed(&differ),
     );
     Ok(())
 }
