@@ -232,7 +232,10 @@ async fn main() -> Result<()> {
         if let Some(side) = alone {
             let mut times = Vec::new();
             for _ in 0..runs {
-                times.push(answer(sides[side], &sql).await?.1);
+                times.push(match plans_only {
+                    true => planned(sides[side], &sql).await?,
+                    false => answer(sides[side], &sql).await?.1,
+                });
             }
             println!("{name} | {:.1} ({})", median(times), SIDES[side]);
             continue;
