@@ -280,6 +280,9 @@ async fn main() -> Result<()> {
             if equal { "equal" } else { "DIFFERENT" }
         );
     }
+    if alone.is_some() {
+        return Ok(());
+    }
     if explain {
         println!("plans that differ: {}", listed(&differ));
         return Ok(());
