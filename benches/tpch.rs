@@ -109,6 +109,14 @@ async fn planned(ctx: &SessionContext, sql: &str) -> Result<Duration> {
     Ok(began.elapsed())
 }
 
+/// One warm run of `sql` on `ctx`: its planning alone with `plans_only`, else the whole query.
+async fn warm_run(ctx: &SessionContext, sql: &str, plans_only: bool) -> Result<Duration> {
+    match plans_only {
+        true => planned(ctx, sql).await,
+        false => Ok(answer(ctx, sql).await?.1),
+    }
+}
+
 fn median(mut times: Vec<Duration>) -> f64 {
     times.sort();
     ms(times[times.len() / 2])
@@ -232,10 +240,7 @@ async fn main() -> Result<()> {
         if let Some(side) = alone {
             let mut times = Vec::new();
             for _ in 0..runs {
-                times.push(match plans_only {
-                    true => planned(sides[side], &sql).await?,
-                    false => answer(sides[side], &sql).await?.1,
-                });
+                times.push(warm_run(sides[side], &sql, plans_only).await?);
             }
             println!("{name} | {:.1} ({})", median(times), SIDES[side]);
             continue;
@@ -247,10 +252,7 @@ async fn main() -> Result<()> {
             // (and finds the CPU's caches as that one left them).
             for k in 0..sides.len() {
                 let i = (run + k) % sides.len();
-                times[i].push(match plans_only {
-                    true => planned(sides[i], &sql).await?,
-                    false => answer(sides[i], &sql).await?.1,
-                });
+                times[i].push(warm_run(sides[i], &sql, plans_only).await?);
             }
         }
         let requests = remote.counts();

@@ -87,7 +87,8 @@ impl Cache<Path, CachedFileMetadataEntry> for SessionFooters {
     }
 
     fn contains_key(&self, k: &Path) -> bool {
-        self.get(k).is_some()
+        // Not `get`: a question is not a footer served to planning.
+        self.own.contains_key(k) || self.shared(k).is_some()
     }
 
     fn len(&self) -> usize {

@@ -267,6 +267,8 @@ fn map_parquet_scans(
             true => without_pruned_files(config, source),
             false => None,
         };
+        // A pruned scan's config is copied, every file with it: the pruning has just walked
+        // every file's statistics, and in the final plan the scan is held by its parent.
         let pruned = pruned.map(|groups| {
             let mut config = config.clone();
             config.file_groups = groups;
@@ -519,6 +521,7 @@ mod tests {
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
         assert_eq!(total, 20_000);
     }
+
     /// Where the first Parquet scan of `plan` keeps its files' paths: the same buffers after
     /// a rewrite if the files were moved, other buffers if they were copied.
     fn path_buffers(plan: &Arc<dyn ExecutionPlan>) -> Vec<*const u8> {
