@@ -11,9 +11,8 @@ mod files;
 mod known;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use moka::notification::RemovalCause;
@@ -21,6 +20,7 @@ use moka::ops::compute::Op;
 use moka::sync::Cache;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
+use twox_hash::XxHash64;
 
 pub use files::max_open_files_allowed;
 pub(crate) use files::{OpenFile, OpenFiles};
@@ -121,57 +121,67 @@ static LISTING_TOO_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 /// reads it.
 const PATH_SHARDS: usize = 16;
 
-/// A shard of the path index: the stores and tokens of each path's entries.
-type ByPath = HashMap<Path, Vec<(StoreKey, u64)>>;
+/// A shard of the path index: the entries of each path, one per store.
+type ByPath = datafusion::common::HashMap<Path, Vec<Indexed>>;
 
-/// Which stores' objects the cache holds an entry of, by path (with the entry's token), so
-/// entries keyed by path alone (DataFusion's) can be checked against every version the
-/// caches know of it. The removal of an entry takes out its own token: an entry made over an
-/// expired one moka had not swept yet stays indexed.
+/// An entry of the handle cache, as the path index finds it.
+struct Indexed {
+    store: StoreKey,
+    /// The entry's token: the removal of an entry takes out its own.
+    token: u64,
+    /// The entry itself, without keeping it: a lookup by path reaches it without making its
+    /// key and asking the cache, and finds it let go (empty, `gone`) once the cache lets go.
+    known: Weak<Known>,
+}
+
+/// Which stores' objects the cache holds an entry of, by path, so entries keyed by path
+/// alone (DataFusion's) can be checked against every version the caches know of it. The
+/// removal of an entry takes out its own token: an entry made over an expired one moka had
+/// not swept yet stays indexed.
 struct PathIndex {
     shards: [Mutex<ByPath>; PATH_SHARDS],
-    hasher: RandomState,
 }
 
 impl PathIndex {
     fn new() -> Self {
         Self {
             shards: std::array::from_fn(|_| Mutex::default()),
-            hasher: RandomState::new(),
         }
     }
 
     fn shard(&self, path: &Path) -> MutexGuard<'_, ByPath> {
-        lock(&self.shards[self.hasher.hash_one(path) as usize % PATH_SHARDS])
+        // Which shard only: a fixed seed spreads paths as well as a random one.
+        let hash = XxHash64::oneshot(0, path.as_ref().as_bytes());
+        lock(&self.shards[hash as usize % PATH_SHARDS])
     }
 
-    fn add(&self, id: &ObjectId, token: u64) {
+    fn add(&self, id: &ObjectId, known: &Arc<Known>) {
         self.shard(&id.path)
             .entry(id.path.clone())
             .or_default()
-            .push((id.store.clone(), token));
+            .push(Indexed {
+                store: id.store.clone(),
+                token: known.token,
+                known: Arc::downgrade(known),
+            });
     }
 
     fn remove(&self, id: &ObjectId, token: u64) {
         let mut shard = self.shard(&id.path);
         if let Some(all) = shard.get_mut(&id.path) {
-            all.retain(|(store, held)| store != &id.store || *held != token);
+            all.retain(|e| e.store != id.store || e.token != token);
             if all.is_empty() {
                 shard.remove(&id.path);
             }
         }
     }
 
-    /// The stores whose object at `path` has an entry, once each.
-    fn stores(&self, path: &Path) -> Vec<StoreKey> {
+    /// The entries held of the objects at `path`, with the store of each.
+    fn entries(&self, path: &Path) -> Vec<(StoreKey, Arc<Known>)> {
         let shard = self.shard(path);
-        let mut stores: Vec<StoreKey> = Vec::new();
-        for (store, _) in shard.get(path).into_iter().flatten() {
-            if !stores.contains(store) {
-                stores.push(store.clone());
-            }
-        }
-        stores
+        let all = shard.get(path).into_iter().flatten();
+        all.filter_map(|e| Some((e.store.clone(), e.known.upgrade()?)))
+            .collect()
     }
 
     #[cfg(test)]
@@ -378,8 +388,9 @@ impl HandleCache {
         loop {
             let known = self.inner.objects.get_with_by_ref(id, || {
                 let token = self.inner.next_token.fetch_add(1, Relaxed);
-                self.inner.paths.add(id, token);
-                Arc::new(Known::new(token))
+                let known = Arc::new(Known::new(token));
+                self.inner.paths.add(id, &known);
+                known
             });
             let mut members = lock(&known.state);
             if members.gone {
@@ -867,32 +878,31 @@ impl HandleCache {
         meta: &ObjectMeta,
         scope: Option<&[StoreIdentity]>,
     ) -> bool {
-        let named_by_content = Validator::of(meta).names_content();
+        // Run for every file of a table on every plan: nothing is made unless a recording
+        // differs from `meta`.
         let ttl = self.inner.config.ttl;
+        let mut named_by_content = None;
         let mut in_scope = 0;
-        for store in self.inner.paths.stores(path) {
-            let id = ObjectId {
-                store: store.clone(),
-                path: path.clone(),
-            };
-            let Some(known) = self.known(&id) else {
-                continue;
-            };
+        for (store, known) in self.inner.paths.entries(path) {
             let members = lock(&known.state);
-            // Members that recorded the same metadata share it: each is compared once.
-            let mut agreed: Vec<*const ObjectMeta> = Vec::new();
+            // Members that recorded the same metadata share it: compared once.
+            let mut agreed: Option<*const ObjectMeta> = None;
             for (identity, member) in &members.by {
                 let Some(recorded) = member.meta.as_ref().filter(|r| !expired(r.at, ttl)) else {
                     continue;
                 };
                 let shared = Arc::as_ptr(&recorded.meta);
-                if !agreed.contains(&shared) {
-                    let version = ObjectVersion::new(store.clone(), identity, &recorded.meta);
-                    if !version.matches(meta) {
+                if agreed != Some(shared) {
+                    let same = recorded.meta.as_ref() == meta
+                        || ObjectVersion::new(store.clone(), identity, &recorded.meta)
+                            .matches(meta);
+                    if !same {
                         return true;
                     }
-                    agreed.push(shared);
+                    agreed = Some(shared);
                 }
+                let named_by_content =
+                    *named_by_content.get_or_insert_with(|| Validator::names_content_of(meta));
                 if !named_by_content && scope.is_none_or(|ids| ids.contains(identity)) {
                     in_scope += 1;
                     if in_scope > 1 {

@@ -157,6 +157,29 @@ fn entries_keyed_by_path_alone_are_checked_against_every_store() {
 }
 
 #[test]
+fn a_check_by_path_sees_an_entry_until_the_cache_lets_it_go() {
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let other = StoreKey::of(&url::Url::parse("s3://other").unwrap());
+    let one = meta("t/a", 10, Some("one"));
+    cache.record(&me(), &store(), &one, cache.epoch());
+    // Another time, the same e_tag: metadata that differs, of the same version.
+    let mut later = one.clone();
+    later.last_modified += chrono::Duration::hours(1);
+    assert!(!cache.contradicts(&Path::from("t/a"), &later, None));
+    cache.record(&me(), &other, &meta("t/a", 10, Some("two")), cache.epoch());
+    assert!(cache.contradicts(&Path::from("t/a"), &one, None));
+    let at_other = ObjectId {
+        store: other,
+        path: Path::from("t/a"),
+    };
+    cache.invalidate(&at_other);
+    assert!(
+        !cache.contradicts(&Path::from("t/a"), &one, None),
+        "the other store's entry, let go, shows no version"
+    );
+}
+
+#[test]
 fn a_counter_e_tag_two_stores_show_alike_is_no_ones_entry() {
     // Two stores (in-memory ones number their writes alike) show one path at the same size
     // and e_tag "0": an entry keyed by that path alone may be either one's bytes.

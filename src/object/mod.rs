@@ -133,16 +133,15 @@ impl Validator {
     /// S3-compatible servers'), version ids and log-named versions only tell one store's
     /// versions apart.
     pub fn names_content(&self) -> bool {
-        let Self::ETag(e) = self else {
-            return false;
-        };
-        let (digest, parts) = match e.tag.split_once('-') {
-            Some((digest, parts)) => (digest, Some(parts)),
-            None => (e.tag.as_ref(), None),
-        };
-        digest.len() >= 32
-            && digest.bytes().all(|b| b.is_ascii_hexdigit())
-            && parts.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        match self {
+            Self::ETag(e) => is_digest(&e.tag),
+            _ => false,
+        }
+    }
+
+    /// [`Validator::names_content`] of the validator of `meta`, without making it.
+    pub fn names_content_of(meta: &ObjectMeta) -> bool {
+        strong_e_tag(meta).is_some_and(|e| is_digest(e.trim_matches('"')))
     }
 
     /// The `If-Match` value that guards a read of this version, if there is one.
@@ -185,6 +184,17 @@ impl fmt::Display for Validator {
 }
 
 /// The strong e_tag of `meta`, if it has one (not a weak `W/` one).
+/// Whether an e_tag (without its quotes) is a content digest; see [`Validator::names_content`].
+fn is_digest(tag: &str) -> bool {
+    let (digest, parts) = match tag.split_once('-') {
+        Some((digest, parts)) => (digest, Some(parts)),
+        None => (tag, None),
+    };
+    digest.len() >= 32
+        && digest.bytes().all(|b| b.is_ascii_hexdigit())
+        && parts.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn strong_e_tag(meta: &ObjectMeta) -> Option<&str> {
     meta.e_tag.as_deref().filter(|e| !e.starts_with("W/"))
 }

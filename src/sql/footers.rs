@@ -45,12 +45,8 @@ impl SessionFooters {
     /// The footer of `path` the index cache holds for the one session store that proved a
     /// version of it.
     fn shared(&self, path: &Path) -> Option<CachedFileMetadataEntry> {
-        let stores = self.stores.read().unwrap_or_else(|e| e.into_inner());
         let mut found = None;
-        for store in stores.values() {
-            let Some(reads) = self.caches.directory.find(store) else {
-                continue;
-            };
+        for reads in self.stores.reads() {
             let Some((meta, footer)) = reads.cached_footer(path) else {
                 continue;
             };

@@ -149,7 +149,7 @@ impl TableFunctionImpl for ManageFunction {
         Ok(Arc::new(ManageTable {
             action,
             caches: self.caches.clone(),
-            stores: Arc::clone(&self.stores),
+            stores: self.stores.clone(),
         }))
     }
 }
@@ -233,7 +233,7 @@ impl TableProvider for ManageTable {
                 job: Job::Caches(
                     self.action.clone(),
                     self.caches.clone(),
-                    Arc::clone(&self.stores),
+                    self.stores.clone(),
                 ),
             }),
         };
@@ -299,7 +299,7 @@ impl PartitionStream for Run {
                 futures::stream::once(async move { warm(&table, plan, ctx, schema).await }).boxed()
             }
             Job::Caches(action, caches, stores) => {
-                let reads = session_reads(caches, stores);
+                let reads = stores.reads();
                 let result = match action {
                     Action::Entries => entries(caches, &reads, Arc::clone(&schema)),
                     Action::Invalidate(url) => invalidate(caches, &reads, url, Arc::clone(&schema)),
@@ -362,15 +362,6 @@ fn sum_metrics(plan: &dyn ExecutionPlan, names: &[&str], into: &mut [u64]) {
     for child in plan.children() {
         sum_metrics(child.as_ref(), names, into);
     }
-}
-
-/// The versioned reads of the session's stores: each store's identity and namespace.
-fn session_reads(caches: &Caches, stores: &SessionStores) -> Vec<StoreReads> {
-    let stores = stores.read().unwrap_or_else(|e| e.into_inner());
-    stores
-        .values()
-        .filter_map(|store| caches.directory.find(store))
-        .collect()
 }
 
 /// The versions the session's stores have proven, with the identity of each.

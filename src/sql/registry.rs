@@ -7,7 +7,6 @@
 //! versioned read, and what the inner registry counts is what reaches the store, below the
 //! caches.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::error::Result;
@@ -33,21 +32,17 @@ impl LakeObjectStoreRegistry {
         Self {
             inner,
             caches: caches.clone(),
-            wrapped: Arc::default(),
+            wrapped: SessionStores::default(),
         }
     }
 
     /// The wrappers of the stores the session registered (as they are registered).
     pub(crate) fn stores(&self) -> SessionStores {
-        Arc::clone(&self.wrapped)
+        self.wrapped.clone()
     }
 
     fn wrap(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
         crate::store::cached_store(store, url, &self.caches)
-    }
-
-    fn lock(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<StoreKey, Arc<dyn ObjectStore>>> {
-        self.wrapped.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -60,28 +55,25 @@ impl ObjectStoreRegistry for LakeObjectStoreRegistry {
         let old = self.inner.register_store(url, store);
         let below = self.inner.get_store(url).ok()?;
         let key = StoreKey::of(url);
-        let previous = self.lock().insert(key, self.wrap(url, below));
+        let directory = &self.caches.directory;
+        let previous = self.wrapped.insert(key, self.wrap(url, below), directory);
         previous.or(old)
     }
 
     fn deregister_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
-        self.lock().remove(&StoreKey::of(url));
+        self.wrapped.remove(&StoreKey::of(url));
         self.inner.deregister_store(url)
     }
 
     fn get_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
         let key = StoreKey::of(url);
-        if let Some(store) = self
-            .wrapped
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(Arc::clone(store));
+        if let Some(store) = self.wrapped.get(&key) {
+            return Ok(store);
         }
         let below = self.inner.get_store(url)?;
-        let mut wrapped = self.lock();
-        let store = wrapped.entry(key).or_insert_with(|| self.wrap(url, below));
-        Ok(Arc::clone(store))
+        let directory = &self.caches.directory;
+        Ok(self
+            .wrapped
+            .get_or_insert_with(key, directory, || self.wrap(url, below)))
     }
 }

@@ -140,7 +140,7 @@ where
 {
     fn get(&self, key: &K) -> Option<V> {
         let value = self.inner.get(key)?;
-        let scope = self.scope.as_ref().map(|s| self.caches.identities_of(s));
+        let scope = self.scope.as_ref().map(SessionStores::identities);
         let handles = &self.caches.handles;
         if handles.contradicts(key.object_path(), value.made_for(), scope.as_deref()) {
             self.inner.remove(key);

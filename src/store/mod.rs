@@ -34,10 +34,11 @@ mod link;
 mod listing;
 mod local;
 mod reads;
+mod session;
 mod wrapper;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
@@ -48,14 +49,13 @@ pub(crate) use hedge::Hedges;
 pub(crate) use link::{Link, Links};
 pub(crate) use listing::{AfterListing, is_parquet};
 pub(crate) use reads::StoreReads;
+pub(crate) use session::SessionStores;
 pub use wrapper::CachingObjectStore;
 
 use crate::handle::{HandleCache, Seen};
 use crate::index::IndexCache;
-use crate::object::{ObjectId, ObjectVersion, StoreIdentity, StoreKey};
+use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
 
-/// The stores a session registered, by namespace (the wrappers its registry handed out).
-pub(crate) type SessionStores = Arc<RwLock<HashMap<StoreKey, Arc<dyn ObjectStore>>>>;
 use crate::range::RangeCache;
 
 /// The caches a [`CachingObjectStore`] reads and fills, shared by every store and session of
@@ -124,16 +124,6 @@ impl Caches {
         self.handles.invalidate_seen(seen);
         self.index.invalidate_owned(&seen.id, &seen.identity);
         self.ranges.invalidate_owned(&seen.id, &seen.identity);
-    }
-
-    /// The identities of the stores in `stores` that read through these caches.
-    pub(crate) fn identities_of(&self, stores: &SessionStores) -> Vec<StoreIdentity> {
-        let stores = stores.read().unwrap_or_else(|e| e.into_inner());
-        stores
-            .values()
-            .filter_map(|s| self.directory.find(s))
-            .map(|reads| reads.identity().clone())
-            .collect()
     }
 
     /// Drops the index and range entries of one version of an object.
