@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{remote_backends, rows, scan};
+use common::{memory_backend, remote_backends, rows, scan};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
-use datafusion_lakecache::testkit::lake::LakeSpec;
+use datafusion_lakecache::testkit::lake::{LakeSpec, write_lake};
 use datafusion_lakecache::testkit::{ContentETags, CountingStore, LatencyStore};
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -107,6 +107,56 @@ async fn registering_a_table_either_way_lists_once_and_reads_every_footer_at_onc
             assert_eq!(lake.stats().index.footer_loads, FILES as u64, "{}", name);
         }
     }
+}
+
+async fn create(ctx: &SessionContext, name: &str, url: &str) {
+    let sql = format!("CREATE EXTERNAL TABLE {name} STORED AS PARQUET LOCATION '{url}'");
+    ctx.sql(&sql).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_loads_footers_into_the_room_the_index_cache_has_free_and_evicts_none() {
+    let b = memory_backend();
+    b.write(&LakeSpec::small_files(FILES)).await;
+    let other = Path::from("other");
+    let spec = LakeSpec::small_files(FILES).with_seed(2);
+    write_lake(b.raw.as_ref(), &other, &spec).await.unwrap();
+    let other_url = format!("{}/other/", b.store_url.as_str().trim_end_matches('/'));
+    // What one table's footers take.
+    let sized = LakeCache::builder().build().unwrap();
+    let ctx = session(&sized);
+    ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
+    create(&ctx, "a", &b.table_url()).await;
+    let one_table = sized.stats().index.bytes;
+    assert_eq!(sized.stats().index.warmed, FILES as u64);
+    // Room for a table and a half, four footer reads at a time (the room is checked as each
+    // read starts, so up to four may pass it).
+    let lake = LakeCache::builder()
+        .index_capacity_bytes(one_table * 8 / 5)
+        .set("lakecache.prefetch.max_in_flight", "4")
+        .build()
+        .unwrap();
+    let ctx = session(&lake);
+    ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
+    create(&ctx, "a", &b.table_url()).await;
+    let s = lake.stats().index;
+    assert_eq!(
+        s.warmed, FILES as u64,
+        "the first table's footers all fit: {s:?}"
+    );
+    create(&ctx, "b", &other_url).await;
+    let s = lake.stats().index;
+    let second = s.warmed - FILES as u64;
+    assert!(
+        second > 0 && second < FILES as u64,
+        "the second table's footers fill what is free: {s:?}"
+    );
+    assert_eq!(s.footers.evictions, 0, "{s:?}");
+    // The first table's footers are all still held: its query loads none.
+    let loads = s.footer_loads;
+    let sql = "SELECT category, count(*) FROM a WHERE value > 0 GROUP BY category";
+    assert!(!rows(&ctx, sql).await.unwrap().is_empty());
+    assert_eq!(lake.stats().index.footer_loads, loads);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -186,6 +186,15 @@ impl IndexCache {
         self.inner.config.capacity_bytes
     }
 
+    /// The bytes the cache can take before it evicts anything (once pending maintenance ran).
+    pub(crate) fn free_bytes(&self) -> u64 {
+        let i = &self.inner;
+        settle(&i.entries, i.config.capacity_bytes);
+        i.config
+            .capacity_bytes
+            .saturating_sub(i.entries.weighted_size())
+    }
+
     /// Footer lookups so far (hits and misses), read without cache maintenance.
     pub(crate) fn footer_lookups(&self) -> u64 {
         let i = &self.inner;

@@ -78,9 +78,12 @@ impl FooterWarmup {
 impl AfterListing for FooterWarmup {
     fn listed(&self, reads: StoreReads, listed: Arc<Listing>) -> BoxFuture<'static, ()> {
         let (index, needed) = (self.index.clone(), Arc::clone(&self.needed));
-        // At most half the index cache: footers loaded past what it keeps would push out
-        // each other (and every other table's) before the reads that follow.
-        let room = index.capacity_bytes() / 2;
+        // Into the room the index cache has free, less a tenth of it: footers loaded past
+        // that would push out each other, or the footers other tables' queries read, before
+        // the reads that follow. Those past it are loaded as queries read them.
+        let room = index
+            .free_bytes()
+            .saturating_sub(index.capacity_bytes() / 10);
         let kept = Arc::new(AtomicU64::new(0));
         let read_from_end = needed
             .lock()
@@ -112,7 +115,10 @@ impl AfterListing for FooterWarmup {
                         remember(&needed, reads.store_key(), bytes);
                         read += bytes;
                         loaded += 1;
-                        kept.fetch_add(weight, Relaxed);
+                        // A footer held already took no room.
+                        if bytes > 0 {
+                            kept.fetch_add(weight, Relaxed);
+                        }
                     }
                     async {}
                 })
@@ -121,8 +127,8 @@ impl AfterListing for FooterWarmup {
                 let files = listed.objects.iter().filter(|m| is_parquet(m)).count();
                 log::warn!(
                     "the footers of {loaded} of the {files} Parquet files a listing showed fill \
-                     half of lakecache.index.capacity ({} bytes): the others are loaded as \
-                     queries read them; raise lakecache.index.capacity to keep them all",
+                     the room lakecache.index.capacity ({} bytes) had free: the others are \
+                     loaded as queries read them; raise lakecache.index.capacity to keep them all",
                     index.capacity_bytes()
                 );
             }
