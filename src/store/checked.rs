@@ -22,11 +22,11 @@ use datafusion::common::{HashMap, TableReference};
 use datafusion::execution::cache::cache_manager::{
     CacheManagerConfig, CachedFileMetadata, CachedFileMetadataEntry, DEFAULT_METADATA_CACHE_LIMIT,
 };
-use datafusion::execution::cache::default_cache::DefaultCache;
 use datafusion::execution::cache::{Cache, CacheEntryInfo, CacheKey, CacheValue, TableScopedPath};
 use object_store::ObjectMeta;
 use object_store::path::Path;
 
+use super::clock::ClockCache;
 use super::{Caches, SessionStores};
 
 /// DataFusion's footer and statistics caches, one of each, checked against the versions
@@ -38,11 +38,13 @@ pub(crate) fn datafusion_caches(
     scope: Option<SessionStores>,
     statistics_bytes: u64,
 ) -> CacheManagerConfig {
-    let footers: DefaultCache<Path, CachedFileMetadataEntry> =
-        DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("DefaultFileMetadataCache");
+    // Bounded as DataFusion's own, looked up without its exact LRU order's cost (see
+    // `clock.rs`): planning looks up every file's statistics on every plan.
+    let footers: ClockCache<Path, CachedFileMetadataEntry> =
+        ClockCache::new(DEFAULT_METADATA_CACHE_LIMIT, "DefaultFileMetadataCache");
     let statistics_bytes = usize::try_from(statistics_bytes).unwrap_or(usize::MAX);
-    let statistics: DefaultCache<TableScopedPath, CachedFileMetadata> =
-        DefaultCache::new(statistics_bytes).with_name("DefaultFileStatisticsCache");
+    let statistics: ClockCache<TableScopedPath, CachedFileMetadata> =
+        ClockCache::new(statistics_bytes, "DefaultFileStatisticsCache");
     let footers = CheckedCache::new(Arc::new(footers), caches, scope.clone());
     let statistics = CheckedCache::new(Arc::new(statistics), caches, scope)
         .saying_when_full("lakecache.index.datafusion_statistics");

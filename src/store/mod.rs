@@ -29,6 +29,7 @@
 //! reported missing changes nothing another identity sees.
 
 mod checked;
+mod clock;
 mod hedge;
 mod link;
 mod listing;
