@@ -160,6 +160,37 @@ async fn a_listing_loads_footers_into_the_room_the_index_cache_has_free_and_evic
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_ending_at_once_share_the_index_caches_free_room() {
+    let b = memory_backend();
+    b.write(&LakeSpec::small_files(FILES)).await;
+    let spec = LakeSpec::small_files(FILES).with_seed(2);
+    write_lake(b.raw.as_ref(), &Path::from("other"), &spec)
+        .await
+        .unwrap();
+    let other_url = format!("{}/other/", b.store_url.as_str().trim_end_matches('/'));
+    let sized = LakeCache::builder().build().unwrap();
+    let ctx = session(&sized);
+    ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
+    create(&ctx, "a", &b.table_url()).await;
+    let one_table = sized.stats().index.bytes;
+    // Room for a table and a half; four footer reads at a time, each waiting 5 ms, so the
+    // two warm-ups overlap.
+    let lake = LakeCache::builder()
+        .index_capacity_bytes(one_table * 8 / 5)
+        .set("lakecache.prefetch.max_in_flight", "4")
+        .build()
+        .unwrap();
+    let ctx = session(&lake);
+    let slow = LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(5));
+    ctx.register_object_store(&b.store_url, Arc::new(slow) as Arc<dyn ObjectStore>);
+    let table_url = b.table_url();
+    tokio::join!(create(&ctx, "a", &table_url), create(&ctx, "b", &other_url));
+    let s = lake.stats().index;
+    assert!(s.warmed < 2 * FILES as u64, "{s:?}");
+    assert_eq!(s.footers.evictions, 0, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_store_identity_proves_a_warm_lake_with_one_round_of_heads() {
     for b in remote_backends("first_contact_prove") {
         b.write(&LakeSpec::small_files(FILES)).await;

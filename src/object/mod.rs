@@ -183,7 +183,6 @@ impl fmt::Display for Validator {
     }
 }
 
-/// The strong e_tag of `meta`, if it has one (not a weak `W/` one).
 /// Whether an e_tag (without its quotes) is a content digest; see [`Validator::names_content`].
 fn is_digest(tag: &str) -> bool {
     let (digest, parts) = match tag.split_once('-') {
@@ -195,6 +194,7 @@ fn is_digest(tag: &str) -> bool {
         && parts.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The strong e_tag of `meta`, if it has one (not a weak `W/` one).
 fn strong_e_tag(meta: &ObjectMeta) -> Option<&str> {
     meta.e_tag.as_deref().filter(|e| !e.starts_with("W/"))
 }

@@ -62,6 +62,9 @@ pub(crate) struct FooterWarmup {
     index: IndexCache,
     /// The most bytes a footer (with its page index) of each store needed so far.
     needed: Arc<Mutex<HashMap<StoreKey, u64>>>,
+    /// Bytes of footers the warm-ups under way loaded: warm-ups at once share the index
+    /// cache's free room rather than each taking all of it.
+    loading: Arc<AtomicU64>,
 }
 
 impl FooterWarmup {
@@ -71,6 +74,7 @@ impl FooterWarmup {
             config,
             index,
             needed: Arc::default(),
+            loading: Arc::default(),
         }
     }
 }
@@ -78,13 +82,14 @@ impl FooterWarmup {
 impl AfterListing for FooterWarmup {
     fn listed(&self, reads: StoreReads, listed: Arc<Listing>) -> BoxFuture<'static, ()> {
         let (index, needed) = (self.index.clone(), Arc::clone(&self.needed));
-        // Into the room the index cache has free, less a tenth of it: footers loaded past
-        // that would push out each other, or the footers other tables' queries read, before
-        // the reads that follow. Those past it are loaded as queries read them.
+        // Into the room the index cache has free, less a tenth of it, and less what other
+        // warm-ups under way loaded: footers loaded past that would push out each other, or
+        // the footers other tables' queries read, before the reads that follow. Those past
+        // it are loaded as queries read them; footers held already are proven all the same.
         let room = index
             .free_bytes()
             .saturating_sub(index.capacity_bytes() / 10);
-        let kept = Arc::new(AtomicU64::new(0));
+        let loading = Arc::clone(&self.loading);
         let read_from_end = needed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -95,19 +100,22 @@ impl AfterListing for FooterWarmup {
         let at_once = at_once.min(self.config.max_in_flight);
         async move {
             let began = Instant::now();
-            let (mut read, mut loaded) = (0, 0);
-            // Taken one at a time as downloads free up, each copied as it is taken.
-            let files = {
-                let (listed, kept) = (Arc::clone(&listed), Arc::clone(&kept));
-                (0..listed.objects.len())
-                    .take_while(move |_| kept.load(Relaxed) < room)
-                    .filter_map(move |i| {
-                        let meta = &listed.objects[i];
-                        is_parquet(meta).then(|| meta.clone())
-                    })
+            let (mut read, mut loaded, mut kept) = (0, 0, 0);
+            let refused = AtomicU64::new(0);
+            let may_load = || {
+                let fits = loading.load(Relaxed) < room;
+                if !fits {
+                    refused.fetch_add(1, Relaxed);
+                }
+                fits
             };
+            // Taken one at a time as downloads free up, each copied as it is taken.
+            let files = (0..listed.objects.len()).filter_map(|i| {
+                let meta = &listed.objects[i];
+                is_parquet(meta).then(|| meta.clone())
+            });
             stream::iter(files)
-                .map(|meta| warm(&reads, &index, meta, read_from_end))
+                .map(|meta| warm(&reads, &index, meta, read_from_end, &may_load))
                 .buffer_unordered(at_once)
                 .for_each(|footer| {
                     if let Some((bytes, weight)) = footer {
@@ -117,13 +125,16 @@ impl AfterListing for FooterWarmup {
                         loaded += 1;
                         // A footer held already took no room.
                         if bytes > 0 {
-                            kept.fetch_add(weight, Relaxed);
+                            kept += weight;
+                            loading.fetch_add(weight, Relaxed);
                         }
                     }
                     async {}
                 })
                 .await;
-            if kept.load(Relaxed) >= room && !ROOM_LOGGED.swap(true, Relaxed) {
+            // What this warm-up loaded is in the index cache's weight from now on.
+            loading.fetch_sub(kept, Relaxed);
+            if refused.load(Relaxed) > 0 && !ROOM_LOGGED.swap(true, Relaxed) {
                 let files = listed.objects.iter().filter(|m| is_parquet(m)).count();
                 log::warn!(
                     "the footers of {loaded} of the {files} Parquet files a listing showed fill \
@@ -144,13 +155,14 @@ impl AfterListing for FooterWarmup {
 static ROOM_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Loads (or proves) the footer of `meta` through `reads`, reading `read_from_end` bytes
-/// first. Returns the bytes from the file's end its footer and page index took (0 if it was
+/// first, if `may_load()` (a footer held already is proven all the same). Returns the bytes from the file's end its footer and page index took (0 if it was
 /// held already) and the bytes the decoded footer takes, or `None` if it could not be had.
 async fn warm(
     reads: &StoreReads,
     index: &IndexCache,
     meta: ObjectMeta,
     read_from_end: u64,
+    may_load: &(dyn Fn() -> bool + Sync),
 ) -> Option<(u64, u64)> {
     let version = reads.completed(&reads.version_of(&meta, None));
     let version = match version.pins_bytes() {
@@ -165,6 +177,9 @@ async fn warm(
     if let Some(held) = index.cached_metadata(&version) {
         reads.prove(&version).await.ok()?;
         return Some((0, held.memory_size() as u64));
+    }
+    if !may_load() {
+        return None;
     }
     let lowest = Arc::new(AtomicU64::new(u64::MAX));
     // The versions the load's reads were of (see `StoreReads::read_shown`).

@@ -44,6 +44,17 @@ struct Shard<K, V> {
     ring: VecDeque<Arc<K>>,
 }
 
+impl<K: CacheKey, V> Shard<K, V> {
+    /// Drops the ring's keys of entries removed or put again since.
+    fn compact(&mut self) {
+        let Shard { map, ring } = self;
+        ring.retain(|k| {
+            map.get_key_value(&**k)
+                .is_some_and(|(h, _)| Arc::ptr_eq(h, k))
+        });
+    }
+}
+
 struct Slot<V> {
     value: V,
     /// The key's and the value's bytes, as weighed when put.
@@ -175,11 +186,7 @@ impl<K: CacheKey + 'static, V: CacheValue + 'static> Cache<K, V> for ClockCache<
             // Keys removed or put again pile up in the ring until the hand passes them:
             // dropped once they are as many as the live ones.
             if shard.ring.len() > 2 * shard.map.len() + 16 {
-                let Shard { map, ring } = &mut *shard;
-                ring.retain(|k| {
-                    map.get_key_value(&**k)
-                        .is_some_and(|(h, _)| Arc::ptr_eq(h, k))
-                });
+                shard.compact();
             }
             old
         };
@@ -248,6 +255,7 @@ impl<K: CacheKey + 'static, V: CacheValue + 'static> Cache<K, V> for ClockCache<
             for k in dropped {
                 self.take(&mut shard, &k);
             }
+            shard.compact();
         }
         Ok(())
     }
@@ -384,6 +392,8 @@ mod tests {
         }
         c.drop_table_entries(&TableReference::bare("t")).unwrap();
         assert_eq!(c.len(), 10);
+        let ring: usize = (0..SHARDS).map(|i| c.lock(i).ring.len()).sum();
+        assert_eq!(ring, 10, "the dropped entries' keys leave the ring");
         assert!(
             c.list_entries()
                 .keys()
