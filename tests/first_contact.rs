@@ -114,13 +114,17 @@ async fn create(ctx: &SessionContext, name: &str, url: &str) {
     ctx.sql(&sql).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listing_loads_footers_into_the_room_the_index_cache_has_free_and_evicts_none() {
+/// Two tables of [`FILES`] files in one in-memory store (`a` at the backend's table URL, `b`
+/// at the URL returned), and a lake whose index cache has room for one table's footers and a
+/// half, reading four footers at a time (the room is checked as each read starts, so up to
+/// four may pass it).
+async fn two_tables_and_room_for_one_and_a_half() -> (common::Backend, String, LakeCache) {
     let b = memory_backend();
     b.write(&LakeSpec::small_files(FILES)).await;
-    let other = Path::from("other");
     let spec = LakeSpec::small_files(FILES).with_seed(2);
-    write_lake(b.raw.as_ref(), &other, &spec).await.unwrap();
+    write_lake(b.raw.as_ref(), &Path::from("other"), &spec)
+        .await
+        .unwrap();
     let other_url = format!("{}/other/", b.store_url.as_str().trim_end_matches('/'));
     // What one table's footers take.
     let sized = LakeCache::builder().build().unwrap();
@@ -129,13 +133,17 @@ async fn a_listing_loads_footers_into_the_room_the_index_cache_has_free_and_evic
     create(&ctx, "a", &b.table_url()).await;
     let one_table = sized.stats().index.bytes;
     assert_eq!(sized.stats().index.warmed, FILES as u64);
-    // Room for a table and a half, four footer reads at a time (the room is checked as each
-    // read starts, so up to four may pass it).
     let lake = LakeCache::builder()
         .index_capacity_bytes(one_table * 8 / 5)
         .set("lakecache.prefetch.max_in_flight", "4")
         .build()
         .unwrap();
+    (b, other_url, lake)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_loads_footers_into_the_room_the_index_cache_has_free_and_evicts_none() {
+    let (b, other_url, lake) = two_tables_and_room_for_one_and_a_half().await;
     let ctx = session(&lake);
     ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
     create(&ctx, "a", &b.table_url()).await;
@@ -161,26 +169,10 @@ async fn a_listing_loads_footers_into_the_room_the_index_cache_has_free_and_evic
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_ending_at_once_share_the_index_caches_free_room() {
-    let b = memory_backend();
-    b.write(&LakeSpec::small_files(FILES)).await;
-    let spec = LakeSpec::small_files(FILES).with_seed(2);
-    write_lake(b.raw.as_ref(), &Path::from("other"), &spec)
-        .await
-        .unwrap();
-    let other_url = format!("{}/other/", b.store_url.as_str().trim_end_matches('/'));
-    let sized = LakeCache::builder().build().unwrap();
-    let ctx = session(&sized);
-    ctx.register_object_store(&b.store_url, Arc::clone(&b.raw));
-    create(&ctx, "a", &b.table_url()).await;
-    let one_table = sized.stats().index.bytes;
-    // Room for a table and a half; four footer reads at a time, each waiting 5 ms, so the
-    // two warm-ups overlap.
-    let lake = LakeCache::builder()
-        .index_capacity_bytes(one_table * 8 / 5)
-        .set("lakecache.prefetch.max_in_flight", "4")
-        .build()
-        .unwrap();
+    let (b, other_url, lake) = two_tables_and_room_for_one_and_a_half().await;
     let ctx = session(&lake);
+    // Each footer read waits 5 ms, so the two warm-ups overlap (if they do not, the
+    // assertions hold all the same).
     let slow = LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(5));
     ctx.register_object_store(&b.store_url, Arc::new(slow) as Arc<dyn ObjectStore>);
     let table_url = b.table_url();
