@@ -9,7 +9,8 @@
 //! Scenarios (`--scenario NAME` runs one; all by default):
 //! - `files`: a table of `--files` (default 10000,100000) objects: `CREATE EXTERNAL TABLE`,
 //!   then warm planning of `SELECT count(*)` (answered from statistics), that query, and a
-//!   scan of every file's data (`sum`), each as the median of 3 once warm; requests of each.
+//!   scan of every file's data (`sum`), each as the median of 3 once warm (of `--plan-runs`
+//!   for planning: more, to profile it); requests of each.
 //!   Vanilla's data scan runs up to `--vanilla-scan-files` (default 100000) files: past
 //!   that, its one request per file at a time takes hours; the caches' up to `--scan-files`
 //!   (default: any), since DataFusion's own state of a scan of a million files takes about
@@ -194,9 +195,11 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
             ctx.sql(TABLE).await?;
             let register = (ms(began.elapsed()), counted.counts());
             let after_register = peak_rss_mib();
+            eprintln!("registered {size} files");
             // Once, to warm what planning and the scans keep.
             timed(&ctx, COUNT).await?;
-            let plan = median(&counted, 3, || async {
+            let plan_runs = common::arg("--plan-runs", 3) as usize;
+            let plan = median(&counted, plan_runs, || async {
                 let began = Instant::now();
                 ctx.sql(COUNT).await?.create_physical_plan().await?;
                 Ok(began.elapsed())

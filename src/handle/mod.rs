@@ -121,6 +121,15 @@ static LISTING_TOO_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 /// reads it.
 const PATH_SHARDS: usize = 16;
 
+/// Slices of the paths recordings are counted by (see [`HandleCache::recordings_of`]).
+const RECORDING_SLICES: usize = 4096;
+
+/// A path's hash, for its shard of the path index and its slice of the recording counts.
+/// A fixed seed spreads paths as well as a random one.
+fn path_hash(path: &Path) -> usize {
+    XxHash64::oneshot(0, path.as_ref().as_bytes()) as usize
+}
+
 /// A shard of the path index: the entries of each path, one per store.
 type ByPath = datafusion::common::HashMap<Path, Vec<Indexed>>;
 
@@ -150,9 +159,7 @@ impl PathIndex {
     }
 
     fn shard(&self, path: &Path) -> MutexGuard<'_, ByPath> {
-        // Which shard only: a fixed seed spreads paths as well as a random one.
-        let hash = XxHash64::oneshot(0, path.as_ref().as_bytes());
-        lock(&self.shards[hash as usize % PATH_SHARDS])
+        lock(&self.shards[path_hash(path) % PATH_SHARDS])
     }
 
     fn add(&self, id: &ObjectId, known: &Arc<Known>) {
@@ -264,6 +271,8 @@ struct Inner {
     version_changes: AtomicU64,
     /// Bumped by every invalidation; a listing that started before one records nothing.
     epoch: AtomicU64,
+    /// Recordings of metadata made, by slice of their paths.
+    recordings: Box<[AtomicU64]>,
 }
 
 impl HandleCache {
@@ -336,6 +345,7 @@ impl HandleCache {
                 files,
                 version_changes: AtomicU64::new(0),
                 epoch: AtomicU64::new(0),
+                recordings: (0..RECORDING_SLICES).map(|_| AtomicU64::new(0)).collect(),
             }),
         })
     }
@@ -478,6 +488,19 @@ impl HandleCache {
         if member.meta.replace(recorded).is_none() {
             self.inner.held.metas.fetch_add(1, Relaxed);
         }
+        // Counted under the entry's lock, once it is made: a check that sees the count sees
+        // the recording (see `recordings_of`).
+        let slice = path_hash(&meta.location) % RECORDING_SLICES;
+        self.inner.recordings[slice].fetch_add(1, Relaxed);
+    }
+
+    /// A count of the recordings of metadata made of the paths of `path`'s slice (one of
+    /// 4,096). What [`HandleCache::contradicts`] says of an entry for `path` holds while it
+    /// is unchanged: only a recording can turn its "no" into a "yes" (an expiry, an eviction
+    /// or a forget takes recordings away). Read it before the check: one made while the
+    /// check runs counts towards the next.
+    pub(crate) fn recordings_of(&self, path: &Path) -> u64 {
+        self.inner.recordings[path_hash(path) % RECORDING_SLICES].load(Relaxed)
     }
 
     /// Drops what `identity` recorded, counted for `cause`.

@@ -14,6 +14,12 @@
 //!
 //! Otherwise it is dropped, and DataFusion reads it again. One wrapper does this for every
 //! path-keyed cache DataFusion consults.
+//!
+//! Planning looks up every file of a table on every plan, so an entry keeps the mark of its
+//! last check: the handle cache's count of recordings of its path's slice, and the count of
+//! the session's changes of stores. While neither has moved, the check would say what it
+//! said, and is not run again (only a recording, or a store registered, can turn its "no"
+//! into a "yes").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,7 +100,7 @@ impl MadeFor for CachedFileMetadata {
 /// A DataFusion cache whose entries are checked against the handle cache; see the module
 /// docs.
 pub struct CheckedCache<K, V> {
-    inner: Arc<dyn Cache<K, V>>,
+    inner: Arc<ClockCache<K, V>>,
     caches: Caches,
     /// The stores whose entries these are, if known (an installed session's).
     scope: Option<SessionStores>,
@@ -106,7 +112,7 @@ pub struct CheckedCache<K, V> {
 /// Whether a DataFusion cache has said it is full, once per process.
 static SAID_FULL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-impl<K: CacheKey, V: CacheValue> std::fmt::Debug for CheckedCache<K, V> {
+impl<K: CacheKey + 'static, V: CacheValue + 'static> std::fmt::Debug for CheckedCache<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CheckedCache({})", self.inner.name())
     }
@@ -116,7 +122,7 @@ impl<K, V> CheckedCache<K, V> {
     /// `inner`, checked against what `caches` know, for the stores of `scope` (every store
     /// if `None`).
     pub(crate) fn new(
-        inner: Arc<dyn Cache<K, V>>,
+        inner: Arc<ClockCache<K, V>>,
         caches: &Caches,
         scope: Option<SessionStores>,
     ) -> Self {
@@ -137,18 +143,26 @@ impl<K, V> CheckedCache<K, V> {
 
 impl<K, V> Cache<K, V> for CheckedCache<K, V>
 where
-    K: CacheKey + PathKey,
-    V: CacheValue + MadeFor,
+    K: CacheKey + PathKey + 'static,
+    V: CacheValue + MadeFor + 'static,
 {
     fn get(&self, key: &K) -> Option<V> {
-        let value = self.inner.get(key)?;
-        let scope = self.scope.as_ref().map(SessionStores::identities);
         let handles = &self.caches.handles;
-        if handles.contradicts(key.object_path(), value.made_for(), scope.as_deref()) {
-            self.inner.remove(key);
-            return None;
-        }
-        Some(value)
+        let path = key.object_path();
+        self.inner.get_if(key, |value, mark| {
+            // Both counts before the check: what changes while it runs shows in the next.
+            let changes = self.scope.as_ref().map_or(0, SessionStores::changes);
+            let now = handles.recordings_of(path).wrapping_add(changes) | 1;
+            if *mark == now {
+                return true;
+            }
+            let scope = self.scope.as_ref().map(SessionStores::identities);
+            if handles.contradicts(path, value.made_for(), scope.as_deref()) {
+                return false;
+            }
+            *mark = now;
+            true
+        })
     }
 
     fn put(&self, key: &K, value: V) -> Option<V> {
@@ -216,5 +230,112 @@ where
 
     fn list_entries(&self) -> HashMap<K, CacheEntryInfo<V>> {
         self.inner.list_entries()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use object_store::memory::InMemory;
+    use url::Url;
+
+    use super::*;
+    use crate::object::{StoreIdentity, StoreKey};
+    use crate::{CachingObjectStore, LakeCache};
+
+    /// A value made for an object's metadata.
+    #[derive(Clone, Debug)]
+    struct Made(ObjectMeta);
+
+    impl CacheValue for Made {
+        fn size(&self) -> usize {
+            100
+        }
+    }
+
+    impl MadeFor for Made {
+        fn made_for(&self) -> &ObjectMeta {
+            &self.0
+        }
+    }
+
+    /// `t/f0` at an e_tag that is a counter: two stores may show it for other bytes.
+    fn counter() -> ObjectMeta {
+        ObjectMeta {
+            location: Path::from("t/f0"),
+            last_modified: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+            size: 10,
+            e_tag: Some("0".to_string()),
+            version: None,
+        }
+    }
+
+    /// A store of `lake` at `url`, and its identity.
+    fn wrapper(lake: &LakeCache, url: &str) -> (Arc<dyn object_store::ObjectStore>, StoreIdentity) {
+        let caches: &Caches = lake.as_ref();
+        let store: Arc<dyn object_store::ObjectStore> = Arc::new(CachingObjectStore::new(
+            InMemory::new(),
+            &Url::parse(url).unwrap(),
+            lake,
+        ));
+        let identity = caches.directory.find(&store).unwrap().identity().clone();
+        (store, identity)
+    }
+
+    fn key(url: &str) -> StoreKey {
+        StoreKey::of(&Url::parse(url).unwrap())
+    }
+
+    #[test]
+    fn an_entry_that_agreed_is_checked_again_once_its_path_is_recorded() {
+        let lake = LakeCache::builder().build().unwrap();
+        let caches: &Caches = lake.as_ref();
+        let handles = &caches.handles;
+        let (one, two) = (StoreIdentity::named("one"), StoreIdentity::named("two"));
+        handles.record(&one, &key("memory://one"), &counter(), handles.epoch());
+        let checked = CheckedCache::new(Arc::new(ClockCache::new(1 << 20, "t")), caches, None);
+        let path = Path::from("t/f0");
+        checked.put(&path, Made(counter()));
+        // Recordings of other paths leave the entry as it was checked.
+        for i in 0..100 {
+            let mut other = counter();
+            other.location = Path::from(format!("t/g{i}"));
+            handles.record(&one, &key("memory://one"), &other, handles.epoch());
+        }
+        for _ in 0..3 {
+            assert!(checked.get(&path).is_some(), "one store has shown the path");
+        }
+        // A second store shows the same counter: the entry may be either one's bytes.
+        handles.record(&two, &key("memory://two"), &counter(), handles.epoch());
+        assert!(
+            checked.get(&path).is_none(),
+            "two stores have shown the path"
+        );
+        assert_eq!(checked.len(), 0, "the entry is dropped");
+    }
+
+    #[test]
+    fn an_entry_that_agreed_is_checked_again_once_the_session_registers_a_store() {
+        let lake = LakeCache::builder().build().unwrap();
+        let caches: &Caches = lake.as_ref();
+        let handles = &caches.handles;
+        let (store_one, one) = wrapper(&lake, "memory://one");
+        let (store_two, two) = wrapper(&lake, "memory://two");
+        handles.record(&one, &key("memory://one"), &counter(), handles.epoch());
+        handles.record(&two, &key("memory://two"), &counter(), handles.epoch());
+        let session = SessionStores::default();
+        session.insert(key("memory://one"), store_one, &caches.directory);
+        let inner = Arc::new(ClockCache::new(1 << 20, "t"));
+        let checked = CheckedCache::new(inner, caches, Some(session.clone()));
+        let path = Path::from("t/f0");
+        checked.put(&path, Made(counter()));
+        for _ in 0..3 {
+            assert!(
+                checked.get(&path).is_some(),
+                "the session has one of the two stores"
+            );
+        }
+        session.insert(key("memory://two"), store_two, &caches.directory);
+        assert!(checked.get(&path).is_none(), "the session has both stores");
     }
 }

@@ -63,6 +63,8 @@ struct Slot<V> {
     used: bool,
     hits: usize,
     expires: Option<Instant>,
+    /// What the caller of [`ClockCache::get_if`] keeps with the entry; 0 when put.
+    mark: u64,
 }
 
 impl<K: CacheKey, V: CacheValue> ClockCache<K, V> {
@@ -140,19 +142,27 @@ impl<K: CacheKey, V: CacheValue> ClockCache<K, V> {
         }
         false
     }
-}
 
-impl<K: CacheKey + 'static, V: CacheValue + 'static> Cache<K, V> for ClockCache<K, V> {
-    fn get(&self, key: &K) -> Option<V> {
+    /// `key`'s value if `serve`, given it and the mark kept with it (0 when it was put),
+    /// says so; `serve` may set the mark. A value refused is removed under the same lock, so
+    /// a value put meanwhile is never taken for it.
+    pub(crate) fn get_if(&self, key: &K, serve: impl FnOnce(&V, &mut u64) -> bool) -> Option<V> {
         let mut shard = self.lock(Self::shard_of(key));
         let slot = shard.map.get_mut(key)?;
-        if slot.expires.is_some_and(|at| Instant::now() > at) {
+        if slot.expires.is_some_and(|at| Instant::now() > at) || !serve(&slot.value, &mut slot.mark)
+        {
             self.take(&mut shard, key);
             return None;
         }
         slot.used = true;
         slot.hits += 1;
         Some(slot.value.clone())
+    }
+}
+
+impl<K: CacheKey + 'static, V: CacheValue + 'static> Cache<K, V> for ClockCache<K, V> {
+    fn get(&self, key: &K) -> Option<V> {
+        self.get_if(key, |_, _| true)
     }
 
     fn put(&self, key: &K, value: V) -> Option<V> {
@@ -178,6 +188,7 @@ impl<K: CacheKey + 'static, V: CacheValue + 'static> Cache<K, V> for ClockCache<
                 used: false,
                 hits: 0,
                 expires,
+                mark: 0,
             };
             shard.map.insert(Arc::clone(&key), slot);
             shard.ring.push_back(key);

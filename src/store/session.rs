@@ -7,6 +7,7 @@
 //! every lookup after reads what was found.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use object_store::ObjectStore;
@@ -17,7 +18,15 @@ use crate::object::{StoreIdentity, StoreKey};
 /// The stores a session registered, by namespace, with the versioned read of each that reads
 /// through the caches. Cheap to clone; clones share the same stores.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SessionStores(Arc<RwLock<Registered>>);
+pub(crate) struct SessionStores(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    registered: RwLock<Registered>,
+    /// Changes of the identities, counted outside the lock: read on every lookup of the
+    /// session's checked caches.
+    changes: AtomicU64,
+}
 
 #[derive(Debug, Default)]
 struct Registered {
@@ -26,20 +35,27 @@ struct Registered {
     identities: Arc<[StoreIdentity]>,
 }
 
-impl Registered {
-    fn changed(&mut self) {
-        let reads = self.by_key.values().filter_map(|(_, reads)| reads.as_ref());
-        self.identities = reads.map(|r| r.identity().clone()).collect();
-    }
-}
-
 impl SessionStores {
     fn read(&self) -> RwLockReadGuard<'_, Registered> {
-        self.0.read().unwrap_or_else(|e| e.into_inner())
+        self.0.registered.read().unwrap_or_else(|e| e.into_inner())
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Registered> {
-        self.0.write().unwrap_or_else(|e| e.into_inner())
+        self.0.registered.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `registered`'s identities again after a change, and counts it (under the
+    /// write lock: a reader that sees the count reads the identities it counts).
+    fn changed(&self, registered: &mut Registered) {
+        let reads = registered.by_key.values().filter_map(|(_, r)| r.as_ref());
+        registered.identities = reads.map(|r| r.identity().clone()).collect();
+        self.0.changes.fetch_add(1, Relaxed);
+    }
+
+    /// How many times the identities have changed: read before
+    /// [`SessionStores::identities`], what is found of them holds while it is the same.
+    pub(crate) fn changes(&self) -> u64 {
+        self.0.changes.load(Relaxed)
     }
 
     /// The store registered for `key`.
@@ -61,7 +77,7 @@ impl SessionStores {
         let reads = directory.find(&store);
         let mut registered = self.write();
         let old = registered.by_key.insert(key, (store, reads));
-        registered.changed();
+        self.changed(&mut registered);
         old.map(|(store, _)| store)
     }
 
@@ -82,7 +98,7 @@ impl SessionStores {
         let store = make();
         let reads = directory.find(&store);
         registered.by_key.insert(key, (Arc::clone(&store), reads));
-        registered.changed();
+        self.changed(&mut registered);
         store
     }
 
@@ -90,7 +106,7 @@ impl SessionStores {
     pub(crate) fn remove(&self, key: &StoreKey) {
         let mut registered = self.write();
         if registered.by_key.remove(key).is_some() {
-            registered.changed();
+            self.changed(&mut registered);
         }
     }
 
@@ -127,6 +143,7 @@ mod tests {
         let identity = identity.identity().clone();
         stores.insert(key.clone(), wrapper, &caches.directory);
         assert_eq!(&*stores.identities(), std::slice::from_ref(&identity));
+        let changes = stores.changes();
         // A store the caches do not read through has no identity of theirs.
         let plain = Url::parse("s3://plain").unwrap();
         let made = stores.get_or_insert_with(StoreKey::of(&plain), &caches.directory, || {
@@ -138,7 +155,10 @@ mod tests {
         ));
         assert_eq!(&*stores.identities(), std::slice::from_ref(&identity));
         assert_eq!(stores.reads().len(), 1);
+        assert!(stores.changes() > changes, "a registration is a change");
+        let changes = stores.changes();
         stores.remove(&key);
+        assert!(stores.changes() > changes, "so is a removal");
         assert!(stores.identities().is_empty());
         assert!(stores.reads().is_empty());
     }
