@@ -152,7 +152,11 @@ where
         self.inner.get_if(key, |value, mark| {
             // Both counts before the check: what changes while it runs shows in the next.
             let changes = self.scope.as_ref().map_or(0, SessionStores::changes);
-            let now = handles.recordings_of(path).wrapping_add(changes) | 1;
+            // Plus one: 0 is the mark of an entry never checked.
+            let now = handles
+                .recordings_of(path)
+                .wrapping_add(changes)
+                .wrapping_add(1);
             if *mark == now {
                 return true;
             }
@@ -288,30 +292,35 @@ mod tests {
 
     #[test]
     fn an_entry_that_agreed_is_checked_again_once_its_path_is_recorded() {
-        let lake = LakeCache::builder().build().unwrap();
-        let caches: &Caches = lake.as_ref();
-        let handles = &caches.handles;
-        let (one, two) = (StoreIdentity::named("one"), StoreIdentity::named("two"));
-        handles.record(&one, &key("memory://one"), &counter(), handles.epoch());
-        let checked = CheckedCache::new(Arc::new(ClockCache::new(1 << 20, "t")), caches, None);
-        let path = Path::from("t/f0");
-        checked.put(&path, Made(counter()));
-        // Recordings of other paths leave the entry as it was checked.
-        for i in 0..100 {
-            let mut other = counter();
-            other.location = Path::from(format!("t/g{i}"));
-            handles.record(&one, &key("memory://one"), &other, handles.epoch());
+        // From an even count of its slice's recordings and from an odd one: the mark tells
+        // every count from the next.
+        for parity in [0, 1] {
+            let lake = LakeCache::builder().build().unwrap();
+            let caches: &Caches = lake.as_ref();
+            let handles = &caches.handles;
+            let (one, two) = (StoreIdentity::named("one"), StoreIdentity::named("two"));
+            let path = Path::from("t/f0");
+            handles.record(&one, &key("memory://one"), &counter(), handles.epoch());
+            // Recordings of other paths: of other slices, and of the path's own until its
+            // count has the parity wanted.
+            let mut i = 0;
+            while i < 100 || handles.recordings_of(&path) % 2 != parity {
+                let mut other = counter();
+                other.location = Path::from(format!("t/g{i}"));
+                handles.record(&one, &key("memory://one"), &other, handles.epoch());
+                i += 1;
+            }
+            let inner = Arc::new(ClockCache::new(1 << 20, "t"));
+            let checked = CheckedCache::new(inner, caches, None);
+            checked.put(&path, Made(counter()));
+            for _ in 0..3 {
+                assert!(checked.get(&path).is_some(), "one store has shown the path");
+            }
+            // A second store shows the same counter: the entry may be either one's bytes.
+            handles.record(&two, &key("memory://two"), &counter(), handles.epoch());
+            assert!(checked.get(&path).is_none(), "two stores, parity {parity}");
+            assert_eq!(checked.len(), 0, "the entry is dropped");
         }
-        for _ in 0..3 {
-            assert!(checked.get(&path).is_some(), "one store has shown the path");
-        }
-        // A second store shows the same counter: the entry may be either one's bytes.
-        handles.record(&two, &key("memory://two"), &counter(), handles.epoch());
-        assert!(
-            checked.get(&path).is_none(),
-            "two stores have shown the path"
-        );
-        assert_eq!(checked.len(), 0, "the entry is dropped");
     }
 
     #[test]
