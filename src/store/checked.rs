@@ -290,37 +290,81 @@ mod tests {
         StoreKey::of(&Url::parse(url).unwrap())
     }
 
+    /// A lake where store one has shown `t/f0` at [`counter`], the count of recordings of
+    /// the path's slice having `parity`, and a checked cache holding an entry made for it.
+    fn shown_by_one(parity: u64) -> (LakeCache, CheckedCache<Path, Made>) {
+        let lake = LakeCache::builder().build().unwrap();
+        let caches: &Caches = lake.as_ref();
+        let handles = &caches.handles;
+        let one = StoreIdentity::named("one");
+        let path = Path::from("t/f0");
+        handles.record(&one, &key("memory://one"), &counter(), handles.epoch());
+        // Recordings of other paths: of other slices, and of the path's own until its count
+        // has the parity wanted (one path in 4,096 falls in its slice).
+        let mut i = 0;
+        while i < 100 || handles.recordings_of(&path) % 2 != parity {
+            assert!(i < 1_000_000, "no path of {i} fell in the slice of {path}");
+            let mut other = counter();
+            other.location = Path::from(format!("t/g{i}"));
+            handles.record(&one, &key("memory://one"), &other, handles.epoch());
+            i += 1;
+        }
+        let checked = CheckedCache::new(Arc::new(ClockCache::new(1 << 20, "t")), caches, None);
+        checked.put(&path, Made(counter()));
+        for _ in 0..3 {
+            assert!(checked.get(&path).is_some(), "one store has shown the path");
+        }
+        (lake, checked)
+    }
+
+    // Each from an even and from an odd count of the slice's recordings: the mark tells every
+    // count from the next.
+
     #[test]
     fn an_entry_that_agreed_is_checked_again_once_its_path_is_recorded() {
-        // From an even count of its slice's recordings and from an odd one: the mark tells
-        // every count from the next.
         for parity in [0, 1] {
-            let lake = LakeCache::builder().build().unwrap();
-            let caches: &Caches = lake.as_ref();
-            let handles = &caches.handles;
-            let (one, two) = (StoreIdentity::named("one"), StoreIdentity::named("two"));
-            let path = Path::from("t/f0");
-            handles.record(&one, &key("memory://one"), &counter(), handles.epoch());
-            // Recordings of other paths: of other slices, and of the path's own until its
-            // count has the parity wanted.
-            let mut i = 0;
-            while i < 100 || handles.recordings_of(&path) % 2 != parity {
-                let mut other = counter();
-                other.location = Path::from(format!("t/g{i}"));
-                handles.record(&one, &key("memory://one"), &other, handles.epoch());
-                i += 1;
-            }
-            let inner = Arc::new(ClockCache::new(1 << 20, "t"));
-            let checked = CheckedCache::new(inner, caches, None);
-            checked.put(&path, Made(counter()));
-            for _ in 0..3 {
-                assert!(checked.get(&path).is_some(), "one store has shown the path");
-            }
+            let (lake, checked) = shown_by_one(parity);
+            let handles = &AsRef::<Caches>::as_ref(&lake).handles;
             // A second store shows the same counter: the entry may be either one's bytes.
+            let two = StoreIdentity::named("two");
             handles.record(&two, &key("memory://two"), &counter(), handles.epoch());
-            assert!(checked.get(&path).is_none(), "two stores, parity {parity}");
+            assert!(
+                checked.get(&Path::from("t/f0")).is_none(),
+                "parity {parity}"
+            );
             assert_eq!(checked.len(), 0, "the entry is dropped");
         }
+    }
+
+    #[test]
+    fn an_entry_that_agreed_is_checked_again_once_its_store_shows_another_version() {
+        for parity in [0, 1] {
+            let (lake, checked) = shown_by_one(parity);
+            let handles = &AsRef::<Caches>::as_ref(&lake).handles;
+            // Rewritten within the same second, at the same size: only the e_tag tells.
+            let rewritten = ObjectMeta {
+                e_tag: Some("1".to_string()),
+                ..counter()
+            };
+            let one = StoreIdentity::named("one");
+            handles.record(&one, &key("memory://one"), &rewritten, handles.epoch());
+            assert!(
+                checked.get(&Path::from("t/f0")).is_none(),
+                "parity {parity}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_put_over_one_that_agreed_is_checked() {
+        let (_lake, checked) = shown_by_one(0);
+        // Made for a version no store has shown: nothing was recorded since the mark.
+        let other = ObjectMeta {
+            e_tag: Some("9".to_string()),
+            ..counter()
+        };
+        checked.put(&Path::from("t/f0"), Made(other));
+        assert!(checked.get(&Path::from("t/f0")).is_none());
     }
 
     #[test]
