@@ -341,6 +341,38 @@ async fn hedging_is_on_by_default_and_a_slow_requests_copy_answers_for_it() {
     }
 }
 
+/// A planner's own HEADs (of files its listing did not show) wait on the store as GETs do,
+/// and a slow one holds up its query as a slow GET does: copied as a slow GET is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planners_slow_head_is_copied_as_a_slow_get_is() {
+    let b = common::memory_backend();
+    b.write(&LakeSpec::small_files(FILES)).await;
+    let files: Vec<_> = b.raw.list(Some(&b.prefix)).try_collect().await.unwrap();
+    let lake = LakeCache::builder().build().unwrap();
+    // One request in forty takes 200 times the usual 5 ms; which ones is fixed by the seed,
+    // as the HEADs go one at a time.
+    let tail =
+        LatencyStore::new(Arc::clone(&b.raw), Duration::from_millis(5)).with_tail(40, 200, 3);
+    let ctx = session(&lake);
+    ctx.register_object_store(&b.store_url, Arc::new(tail) as Arc<dyn ObjectStore>);
+    let store = ctx
+        .runtime_env()
+        .object_store_registry
+        .get_store(&b.store_url)
+        .unwrap();
+    for file in &files {
+        let meta = store.head(&file.location).await.unwrap();
+        assert_eq!(meta.size, file.size);
+    }
+    let s = lake.stats().store;
+    assert_eq!(s.gets, 0, "HEADs only: {s:?}");
+    assert!(s.hedged > 0, "a slow HEAD got a copy: {s:?}");
+    assert!(
+        s.hedged * 20 <= files.len() as u64,
+        "within one in twenty: {s:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_identitys_slow_proof_head_is_copied_as_a_slow_get_is() {
     let b = common::memory_backend();

@@ -121,7 +121,8 @@ impl StoreReads {
         keeps_bytes: bool,
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
-        let hedger = Hedger::new(Arc::clone(&caches.hedges));
+        let times = caches.hedges.times_of(&store);
+        let hedger = Hedger::new(Arc::clone(&caches.hedges), times);
         Self(
             Arc::new(ReadsInner {
                 inner,
@@ -313,6 +314,18 @@ impl StoreReads {
         Ok(sender)
     }
 
+    /// A HEAD of `path`, its wait hedged as a proof HEAD's is: a planner's HEAD (of a file
+    /// its listing did not show, or of a new identity's footer read) holds up its query as a
+    /// slow GET does.
+    pub(crate) async fn hedged_head(&self, path: &Path) -> Result<object_store::GetResult> {
+        let head = GetOptions::new().with_head(true);
+        let inner = &self.0.inner;
+        self.0
+            .hedger
+            .run_head(|| inner.get_opts(path, head.clone()))
+            .await
+    }
+
     /// One HEAD proving `version`, counted.
     async fn head_proof(&self, version: &ObjectVersion) -> Result<()> {
         if self.proven(version) {
@@ -320,14 +333,8 @@ impl StoreReads {
         }
         self.0.caches.handles.count_proof_head();
         let path = version.path();
-        let head = GetOptions::new().with_head(true);
         let since = self.now();
-        let answer = self
-            .0
-            .hedger
-            .run_head(|| self.0.inner.get_opts(path, head.clone()))
-            .await;
-        let meta = match answer {
+        let meta = match self.hedged_head(path).await {
             Ok(response) => response.meta,
             Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };
@@ -547,14 +554,8 @@ impl StoreReads {
         }
         handles.count_proof_head();
         let path = version.path();
-        let head = GetOptions::new().with_head(true);
         let since = self.now();
-        let answer = self
-            .0
-            .hedger
-            .run_head(|| self.0.inner.get_opts(path, head.clone()))
-            .await;
-        let meta = match answer {
+        let meta = match self.hedged_head(path).await {
             Ok(response) => response.meta,
             Err(e) => return Err(self.failed(version, naming(e, format!("reading {path}")))),
         };

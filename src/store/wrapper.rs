@@ -221,13 +221,11 @@ impl<S: ObjectStore> CachingObjectStore<S> {
         result
     }
 
-    /// A HEAD of the inner store, recorded in the cache.
+    /// A HEAD of the inner store (hedged: see `StoreReads::hedged_head`), recorded in the
+    /// cache.
     async fn head_inner(&self, location: &Path) -> Result<ObjectMeta> {
         let since = self.reads.now();
-        let head = self
-            .inner
-            .get_opts(location, GetOptions::new().with_head(true))
-            .await
+        let head = (self.reads.hedged_head(location).await)
             .map_err(|e| super::reads::naming(e, format!("reading {location}")));
         self.observe(location, (head, since), |r| &r.meta)
             .map(|r| r.meta)
