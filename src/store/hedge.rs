@@ -1,6 +1,7 @@
-//! Hedged requests: a GET (or a HEAD proving access) still waiting for its first byte past
-//! the 95th percentile of this store's recent ones is sent a second time; the first success wins and the other request is
-//! dropped (its connection closed), and the read fails only when every attempt has failed.
+//! Hedged requests: a GET (or a HEAD) still waiting for its first byte past the 95th
+//! percentile of this store's recent ones (of every instance of it) is sent a second time;
+//! the first success wins and the other request is dropped (its connection closed), and the
+//! read fails only when every attempt has failed.
 //!
 //! Only requests slow at the store are copied, not those queued behind their own burst: a
 //! registration sends hundreds of footer reads at once, and on a small machine their answers
@@ -11,22 +12,23 @@
 //! hundred take many times the median), and a scan waits for its slowest read, so one slow
 //! request in a few hundred sets the query's time; the second request rarely is slow too.
 //!
-//! Bounded: at most one request in [`MAX_SHARE`] is hedged, none before [`MIN_SAMPLES`]
-//! requests have shown what is usual, and never once the answer's bytes are arriving (only
-//! the wait for the response is raced, not its body). The second request is the first one's
-//! copy, guarded by the same `If-Match`, so a hedge reads the same version or fails the same
-//! way.
+//! Bounded: at most one request in [`MAX_SHARE`] of a store (all its instances) is hedged,
+//! none before [`MIN_SAMPLES`] requests have shown what is usual, and never once the answer's
+//! bytes are arriving (only the wait for the response is raced, not its body). The second
+//! request is the first one's copy, guarded by the same `If-Match`, so a hedge reads the same
+//! version or fails the same way.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::{Either, select};
 use futures::stream::{FuturesUnordered, StreamExt};
 
+use crate::object::StoreKey;
 use crate::stats::StoreStats;
 
 /// Recent times to first byte a store's percentile is taken over.
@@ -65,6 +67,8 @@ pub(crate) struct Hedges {
     pub hedged: AtomicU64,
     /// Second requests that answered first.
     pub won: AtomicU64,
+    /// The response times of each store, shared by its instances (see [`Hedges::times_of`]).
+    times: Mutex<HashMap<StoreKey, Weak<Times>>>,
 }
 
 impl Hedges {
@@ -74,6 +78,25 @@ impl Hedges {
             enabled,
             ..Self::default()
         }
+    }
+
+    /// The response times and hedging budget of the store `store` names, shared by every
+    /// instance of it: how long a store takes to answer is its endpoint's, whoever's
+    /// credentials ask, and the copies' load is the endpoint's too. A new store identity (a
+    /// tenant's own instance for a bucket) then hedges from its first request: with a window
+    /// and budget of its own, its first reads (before [`MIN_SAMPLES`] answers, and twenty
+    /// requests, of its own) could not be hedged, and one slow among them held up its whole
+    /// first query.
+    pub(crate) fn times_of(&self, store: &StoreKey) -> Arc<Times> {
+        let mut all = lock(&self.times);
+        if let Some(times) = all.get(store).and_then(Weak::upgrade) {
+            return times;
+        }
+        // Entries of stores no instance reads any more go as new ones come.
+        all.retain(|_, t| t.strong_count() > 0);
+        let times = Arc::new(Times::default());
+        all.insert(store.clone(), Arc::downgrade(&times));
+        times
     }
 
     /// The figures now.
@@ -86,10 +109,12 @@ impl Hedges {
     }
 }
 
-/// One store instance's recent response times and hedging budget.
-#[derive(Debug)]
-pub(crate) struct Hedger {
-    figures: Arc<Hedges>,
+/// A store's recent response times and hedging budget, shared by its instances.
+#[derive(Debug, Default)]
+pub(crate) struct Times {
+    /// Requests sent to the store, and copies of them: at most one in [`MAX_SHARE`].
+    requests: AtomicU64,
+    hedged: AtomicU64,
     recent: Mutex<VecDeque<Duration>>,
     /// The 95th percentile of `recent` in nanoseconds, worked out as each answer comes (0
     /// until [`MIN_SAMPLES`] are known), so a waiting request only reads it.
@@ -97,8 +122,14 @@ pub(crate) struct Hedger {
     /// The median of `recent` in nanoseconds (0 until one is known): the store's typical
     /// wait, which the prefetcher sizes its downloads by.
     median_nanos: AtomicU64,
-    requests: AtomicU64,
-    hedged: AtomicU64,
+}
+
+/// One store instance's hedging: the store's recent response times and budget, and the
+/// instance's own requests waiting.
+#[derive(Debug)]
+pub(crate) struct Hedger {
+    figures: Arc<Hedges>,
+    times: Arc<Times>,
     /// The number of the next request sent.
     next: AtomicU64,
     /// The requests waiting for their answer now, by number.
@@ -133,15 +164,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Hedger {
-    /// A store's hedger, reporting into `figures`.
-    pub fn new(figures: Arc<Hedges>) -> Self {
+    /// A store instance's hedger, reporting into `figures`, over the response times `times`
+    /// (see [`Hedges::times_of`]).
+    pub fn new(figures: Arc<Hedges>, times: Arc<Times>) -> Self {
         Self {
             figures,
-            recent: Mutex::new(VecDeque::with_capacity(WINDOW)),
-            threshold_nanos: AtomicU64::new(0),
-            median_nanos: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
-            hedged: AtomicU64::new(0),
+            times,
             next: AtomicU64::new(0),
             waiting: Mutex::default(),
         }
@@ -189,7 +217,7 @@ impl Hedger {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.requests.fetch_add(1, Relaxed);
+        self.times.requests.fetch_add(1, Relaxed);
         let began = Instant::now();
         if !self.figures.enabled {
             return self.noted(began, request().await);
@@ -260,7 +288,7 @@ impl Hedger {
 
     /// How long a request may wait before it is hedged, once enough times are known.
     fn threshold(&self) -> Option<Duration> {
-        match self.threshold_nanos.load(Relaxed) {
+        match self.times.threshold_nanos.load(Relaxed) {
             0 => None,
             nanos => Some(Duration::from_nanos(nanos)),
         }
@@ -268,8 +296,9 @@ impl Hedger {
 
     /// Takes one hedge from the budget: at most one in [`MAX_SHARE`] requests so far.
     fn take_budget(&self) -> bool {
-        let requests = self.requests.load(Relaxed);
-        self.hedged
+        let requests = self.times.requests.load(Relaxed);
+        self.times
+            .hedged
             .fetch_update(Relaxed, Relaxed, |h| {
                 ((h + 1) * MAX_SHARE <= requests).then_some(h + 1)
             })
@@ -286,7 +315,7 @@ impl Hedger {
 
     /// The median wait for a response of the recent requests, once one has answered.
     pub fn typical_wait(&self) -> Option<Duration> {
-        match self.median_nanos.load(Relaxed) {
+        match self.times.median_nanos.load(Relaxed) {
             0 => None,
             nanos => Some(Duration::from_nanos(nanos)),
         }
@@ -295,7 +324,7 @@ impl Hedger {
     /// Adds a response time to the window and works out its median and, when hedging, its
     /// 95th percentile.
     fn record(&self, time: Duration) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = lock(&self.times.recent);
         if recent.len() == WINDOW {
             recent.pop_front();
         }
@@ -308,9 +337,9 @@ impl Hedger {
             let (_, nth, _) = times.select_nth_unstable(at);
             u64::try_from(nth.as_nanos()).unwrap_or(u64::MAX).max(1)
         };
-        self.median_nanos.store(nth(0.5), Relaxed);
+        self.times.median_nanos.store(nth(0.5), Relaxed);
         if self.figures.enabled && enough {
-            self.threshold_nanos.store(nth(PERCENTILE), Relaxed);
+            self.times.threshold_nanos.store(nth(PERCENTILE), Relaxed);
         }
     }
 }
@@ -330,7 +359,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn hedger() -> Hedger {
-        Hedger::new(Arc::new(Hedges::new(true)))
+        Hedger::new(Arc::new(Hedges::new(true)), Arc::default())
     }
 
     /// Requests that answer after `slow(n)` for the n-th request sent.
@@ -353,7 +382,7 @@ mod tests {
         for _ in 0..n {
             h.record(time);
         }
-        h.requests.store(n as u64, Relaxed);
+        h.times.requests.store(n as u64, Relaxed);
         h
     }
 
@@ -378,6 +407,35 @@ mod tests {
         );
         assert_eq!(h.figures.hedged.load(Relaxed), 1);
         assert_eq!(h.figures.won.load(Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_new_instance_of_a_store_hedges_its_first_request_on_the_stores_times() {
+        let figures = Arc::new(Hedges::new(true));
+        let url = |u: &str| StoreKey::of(&url::Url::parse(u).unwrap());
+        let (bucket, other) = (url("s3://bucket"), url("s3://other"));
+        // One tenant's instance has seen the store answer in 50 ms, a hundred times.
+        let first = Hedger::new(Arc::clone(&figures), figures.times_of(&bucket));
+        let sent = AtomicUsize::new(0);
+        for _ in 0..100 {
+            first.record(Duration::from_millis(50));
+        }
+        first.times.requests.store(100, Relaxed);
+        // Another tenant's instance of the same store: its first request, slow, gets a copy.
+        let second = Hedger::new(Arc::clone(&figures), figures.times_of(&bucket));
+        let n = send(&second, &sent, |n| match n {
+            0 => Duration::from_secs(2),
+            _ => Duration::from_millis(1),
+        })
+        .await;
+        assert_eq!(n, 1, "the copy's answer");
+        assert_eq!(figures.hedged.load(Relaxed), 1);
+        // Another store has times of its own; a store no instance reads any more is dropped.
+        let elsewhere = figures.times_of(&other);
+        assert!(!Arc::ptr_eq(&elsewhere, &first.times));
+        assert_eq!(elsewhere.median_nanos.load(Relaxed), 0);
+        drop((first, second, elsewhere));
+        assert_eq!(figures.times_of(&bucket).median_nanos.load(Relaxed), 0);
     }
 
     #[tokio::test]
@@ -522,7 +580,7 @@ mod tests {
         for _ in 0..60 {
             send(&h, &sent, |_| Duration::from_millis(30)).await;
         }
-        let (requests, hedged) = (h.requests.load(Relaxed), h.hedged.load(Relaxed));
+        let (requests, hedged) = (h.times.requests.load(Relaxed), h.times.hedged.load(Relaxed));
         assert!(
             hedged > 0 && hedged * MAX_SHARE <= requests,
             "{hedged} of {requests}"
@@ -532,7 +590,7 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_is_hedged_when_hedging_is_off() {
-        let h = Hedger::new(Arc::new(Hedges::new(false)));
+        let h = Hedger::new(Arc::new(Hedges::new(false)), Arc::default());
         let sent = AtomicUsize::new(0);
         for _ in 0..60 {
             send(&h, &sent, |n| {
