@@ -200,12 +200,25 @@ async fn a_new_store_identity_proves_a_warm_lake_with_one_round_of_heads() {
         let counted = Arc::new(CountingStore::new(slow));
         let other = session(&lake);
         other.register_object_store(&b.store_url, counted.clone() as Arc<dyn ObjectStore>);
+        let hedged = lake.stats().store.hedged;
         other.sql(&create).await.unwrap();
         let c = counted.counts();
-        eprintln!("{}: {c:?}, {} at once", b.name, counted.peak_in_flight());
+        // This store answers slower than the owner's, whose times it shares: some of its
+        // HEADs may get copies, within the hedging budget.
+        let copies = lake.stats().store.hedged - hedged;
+        eprintln!(
+            "{}: {c:?}, {} at once, {copies} copies",
+            b.name,
+            counted.peak_in_flight()
+        );
         assert_eq!((c.list, c.get), (1, 0), "{}: {c:?}", b.name);
-        assert_eq!(c.head, FILES as u64, "{}: {c:?}", b.name);
-        assert_eq!(counted.peak_in_flight(), FILES as u64, "{}", b.name);
+        assert_eq!(c.head, FILES as u64 + copies, "{}: {c:?}", b.name);
+        let peak = counted.peak_in_flight();
+        assert!(
+            peak >= FILES as u64 && peak <= FILES as u64 + copies,
+            "{}: {peak}",
+            b.name
+        );
     }
 }
 
