@@ -10,7 +10,8 @@
 //! - `files`: a table of `--files` (default 10000,100000) objects: `CREATE EXTERNAL TABLE`,
 //!   then warm planning of `SELECT count(*)` (answered from statistics), that query, and a
 //!   scan of every file's data (`sum`), each as the median of 3 once warm (of `--plan-runs`
-//!   for planning: more, to profile it); requests of each.
+//!   for planning: more, to profile it; the child says on stderr when registration is done,
+//!   to attach a profiler then); requests of each.
 //!   Vanilla's data scan runs up to `--vanilla-scan-files` (default 100000) files: past
 //!   that, its one request per file at a time takes hours; the caches' up to `--scan-files`
 //!   (default: any), since DataFusion's own state of a scan of a million files takes about

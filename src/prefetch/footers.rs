@@ -155,8 +155,9 @@ impl AfterListing for FooterWarmup {
 static ROOM_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Loads (or proves) the footer of `meta` through `reads`, reading `read_from_end` bytes
-/// first, if `may_load()` (a footer held already is proven all the same). Returns the bytes from the file's end its footer and page index took (0 if it was
-/// held already) and the bytes the decoded footer takes, or `None` if it could not be had.
+/// first, if `may_load()` (a footer held already is proven all the same). Returns the bytes
+/// from the file's end its footer and page index took (0 if it was held already) and the
+/// bytes the decoded footer takes, or `None` if it could not be had.
 async fn warm(
     reads: &StoreReads,
     index: &IndexCache,

@@ -276,14 +276,9 @@ mod tests {
 
     /// A store of `lake` at `url`, and its identity.
     fn wrapper(lake: &LakeCache, url: &str) -> (Arc<dyn object_store::ObjectStore>, StoreIdentity) {
-        let caches: &Caches = lake.as_ref();
-        let store: Arc<dyn object_store::ObjectStore> = Arc::new(CachingObjectStore::new(
-            InMemory::new(),
-            &Url::parse(url).unwrap(),
-            lake,
-        ));
-        let identity = caches.directory.find(&store).unwrap().identity().clone();
-        (store, identity)
+        let store = CachingObjectStore::new(InMemory::new(), &Url::parse(url).unwrap(), lake);
+        let identity = store.identity().clone();
+        (Arc::new(store), identity)
     }
 
     fn key(url: &str) -> StoreKey {

@@ -87,7 +87,7 @@ impl Hedges {
     /// and budget of its own, its first reads (before [`MIN_SAMPLES`] answers, and twenty
     /// requests, of its own) could not be hedged, and one slow among them held up its whole
     /// first query.
-    pub(crate) fn times_of(&self, store: &StoreKey) -> Arc<Times> {
+    fn times_of(&self, store: &StoreKey) -> Arc<Times> {
         let mut all = lock(&self.times);
         if let Some(times) = all.get(store).and_then(Weak::upgrade) {
             return times;
@@ -111,7 +111,7 @@ impl Hedges {
 
 /// A store's recent response times and hedging budget, shared by its instances.
 #[derive(Debug, Default)]
-pub(crate) struct Times {
+struct Times {
     /// Requests sent to the store, and copies of them: at most one in [`MAX_SHARE`].
     requests: AtomicU64,
     hedged: AtomicU64,
@@ -164,12 +164,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Hedger {
-    /// A store instance's hedger, reporting into `figures`, over the response times `times`
-    /// (see [`Hedges::times_of`]).
-    pub fn new(figures: Arc<Hedges>, times: Arc<Times>) -> Self {
+    /// The hedger of an instance of `store`, reporting into `figures`, over the store's
+    /// response times and budget (see [`Hedges::times_of`]).
+    pub fn new(figures: Arc<Hedges>, store: &StoreKey) -> Self {
         Self {
+            times: figures.times_of(store),
             figures,
-            times,
             next: AtomicU64::new(0),
             waiting: Mutex::default(),
         }
@@ -358,8 +358,12 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    fn key(url: &str) -> StoreKey {
+        StoreKey::of(&url::Url::parse(url).unwrap())
+    }
+
     fn hedger() -> Hedger {
-        Hedger::new(Arc::new(Hedges::new(true)), Arc::default())
+        Hedger::new(Arc::new(Hedges::new(true)), &key("s3://bucket"))
     }
 
     /// Requests that answer after `slow(n)` for the n-th request sent.
@@ -412,17 +416,16 @@ mod tests {
     #[tokio::test]
     async fn a_new_instance_of_a_store_hedges_its_first_request_on_the_stores_times() {
         let figures = Arc::new(Hedges::new(true));
-        let url = |u: &str| StoreKey::of(&url::Url::parse(u).unwrap());
-        let (bucket, other) = (url("s3://bucket"), url("s3://other"));
+        let (bucket, other) = (key("s3://bucket"), key("s3://other"));
         // One tenant's instance has seen the store answer in 50 ms, a hundred times.
-        let first = Hedger::new(Arc::clone(&figures), figures.times_of(&bucket));
+        let first = Hedger::new(Arc::clone(&figures), &bucket);
         let sent = AtomicUsize::new(0);
         for _ in 0..100 {
             first.record(Duration::from_millis(50));
         }
         first.times.requests.store(100, Relaxed);
         // Another tenant's instance of the same store: its first request, slow, gets a copy.
-        let second = Hedger::new(Arc::clone(&figures), figures.times_of(&bucket));
+        let second = Hedger::new(Arc::clone(&figures), &bucket);
         let n = send(&second, &sent, |n| match n {
             0 => Duration::from_secs(2),
             _ => Duration::from_millis(1),
@@ -590,7 +593,7 @@ mod tests {
 
     #[tokio::test]
     async fn nothing_is_hedged_when_hedging_is_off() {
-        let h = Hedger::new(Arc::new(Hedges::new(false)), Arc::default());
+        let h = Hedger::new(Arc::new(Hedges::new(false)), &key("s3://bucket"));
         let sent = AtomicUsize::new(0);
         for _ in 0..60 {
             send(&h, &sent, |n| {

@@ -121,8 +121,7 @@ impl StoreReads {
         keeps_bytes: bool,
         local: Option<Arc<LocalFileSystem>>,
     ) -> Self {
-        let times = caches.hedges.times_of(&store);
-        let hedger = Hedger::new(Arc::clone(&caches.hedges), times);
+        let hedger = Hedger::new(Arc::clone(&caches.hedges), &store);
         Self(
             Arc::new(ReadsInner {
                 inner,
@@ -314,9 +313,9 @@ impl StoreReads {
         Ok(sender)
     }
 
-    /// A HEAD of `path`, its wait hedged as a proof HEAD's is: a planner's HEAD (of a file
-    /// its listing did not show, or of a new identity's footer read) holds up its query as a
-    /// slow GET does.
+    /// A HEAD of `path`, its wait for the response hedged: a HEAD proving access, or a
+    /// planner's (of a file its listing did not show, or before a new identity's footer read),
+    /// holds up its query as a slow GET does.
     pub(crate) async fn hedged_head(&self, path: &Path) -> Result<object_store::GetResult> {
         let head = GetOptions::new().with_head(true);
         let inner = &self.0.inner;

@@ -139,8 +139,7 @@ mod tests {
         let key = StoreKey::of(&url);
         let stores = SessionStores::default();
         let wrapper = Arc::new(CachingObjectStore::new(InMemory::new(), &url, &lake));
-        let identity = caches.directory.find(&(wrapper.clone() as _)).unwrap();
-        let identity = identity.identity().clone();
+        let identity = wrapper.identity().clone();
         stores.insert(key.clone(), wrapper, &caches.directory);
         assert_eq!(&*stores.identities(), std::slice::from_ref(&identity));
         let changes = stores.changes();
