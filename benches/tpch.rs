@@ -6,7 +6,15 @@
 //! - a session installed from a `LakeCache`, over the same local files;
 //! - a session installed from another `LakeCache`, over the same files in a simulated remote
 //!   store (`s3://tpch`: S3's spread of waits around `--latency-ms`, default 25, one request
-//!   in a hundred 20 times longer, one 1 Gbit/s link, e_tags that are digests).
+//!   in a hundred 20 times longer, one 1 Gbit/s link, e_tags that are digests);
+//! - a second vanilla session over the local files, the control: what the machine alone
+//!   makes of two identical sides.
+//!
+//! A query counts as slower installed than vanilla when the interval of the median of its
+//! paired ratios (installed's run over vanilla's next to it), at a confidence that leaves
+//! one chance in twenty to flag any of the 22 queries between identical sides, lies above
+//! 1; the control's ratios pass the same test in the same run, so the run shows what the
+//! rule makes of noise.
 //!
 //! Each query runs once cold on every side (its answers compared: they must be equal), then
 //! `--runs` (default 5) times warm on each side in turn (each run starting with the next
@@ -38,7 +46,11 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use url::Url;
 
 /// The sides, as `--side-alone` names them.
-const SIDES: [&str; 3] = ["vanilla", "installed", "remote"];
+const SIDES: [&str; 4] = ["vanilla", "installed", "remote", "control"];
+
+/// The confidence of each query's interval: 1 - 0.05 / 22, so that between two identical
+/// sides the chance that any of the 22 queries' intervals misses 1 is at most one in twenty.
+const CONFIDENCE: f64 = 1.0 - 0.05 / 22.0;
 
 const TABLES: [&str; 8] = [
     "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
@@ -122,22 +134,71 @@ fn median(mut times: Vec<Duration>) -> f64 {
     ms(times[times.len() / 2])
 }
 
-/// Installed against vanilla in two estimates steadier than the ratio of medians on a shared
-/// machine: the median of each run's own ratio (the two sides ran next to each other, so
-/// slow stretches of the machine hit both), and the ratio of the fastest runs (what noise
-/// only adds to).
-fn steadier(vanilla: &[Duration], installed: &[Duration]) -> (f64, f64) {
-    let mut paired: Vec<f64> = vanilla
-        .iter()
-        .zip(installed)
-        .map(|(v, i)| i.as_secs_f64() / v.as_secs_f64())
-        .collect();
-    paired.sort_by(f64::total_cmp);
-    let fastest = |t: &[Duration]| t.iter().min().map_or(f64::NAN, |d| d.as_secs_f64());
-    (
-        paired[paired.len() / 2],
-        fastest(installed) / fastest(vanilla),
-    )
+/// One side against vanilla, run by run.
+struct Paired {
+    /// Each run's ratio (the side's time over vanilla's in the same run), sorted.
+    ratios: Vec<f64>,
+    /// The ratio of the fastest runs (what noise only adds to).
+    fastest: f64,
+}
+
+impl Paired {
+    fn of(vanilla: &[Duration], side: &[Duration]) -> Self {
+        let mut ratios: Vec<f64> = vanilla
+            .iter()
+            .zip(side)
+            .map(|(v, s)| s.as_secs_f64() / v.as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let fastest = |t: &[Duration]| t.iter().min().map_or(f64::NAN, |d| d.as_secs_f64());
+        Self {
+            ratios,
+            fastest: fastest(side) / fastest(vanilla),
+        }
+    }
+
+    /// The median of the runs' ratios: steadier than the ratio of medians on a shared machine,
+    /// as slow stretches of the machine hit both sides of a run.
+    fn median(&self) -> f64 {
+        self.ratios[self.ratios.len() / 2]
+    }
+
+    /// The interval that holds the median of the ratios at `CONFIDENCE`, from the runs' order
+    /// alone (the sign test's: no assumption on how the ratios spread); the whole range when
+    /// there are too few runs for that confidence.
+    fn interval(&self) -> (f64, f64) {
+        let n = self.ratios.len();
+        let k = median_rank(n, CONFIDENCE);
+        match k {
+            0 => (self.ratios[0], self.ratios[n - 1]),
+            k => (self.ratios[k - 1], self.ratios[n - k]),
+        }
+    }
+
+    /// Slower than vanilla beyond what the machine's noise explains: the interval lies above 1.
+    fn slower(&self) -> bool {
+        self.interval().0 > 1.0
+    }
+}
+
+/// The largest k such that the k-th smallest and the k-th largest of `n` draws hold their
+/// median with probability at least `confidence`: the largest k with P(B <= k - 1) at most
+/// (1 - confidence) / 2, for B binomial(n, 1/2). Summed in logarithms, so that any `n` stays
+/// within a float's range.
+fn median_rank(n: usize, confidence: f64) -> usize {
+    let tail = (1.0 - confidence) / 2.0;
+    let half = (n as f64) * 0.5f64.ln();
+    let (mut below, mut ln_choose, mut k) = (0.0, 0.0, 0);
+    for j in 0..n {
+        let p = (ln_choose + half).exp();
+        if below + p > tail {
+            break;
+        }
+        below += p;
+        k = j + 1;
+        ln_choose += ((n - j) as f64).ln() - ((j + 1) as f64).ln();
+    }
+    k
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -172,6 +233,8 @@ async fn main() -> Result<()> {
     let url = Url::parse("s3://tpch").expect("static URL");
     cached.register_object_store(&url, Arc::clone(&remote) as Arc<dyn ObjectStore>);
     register(&cached, "s3://tpch/").await?;
+    let control = context(None)?;
+    register(&control, &local).await?;
 
     println!(
         "TPC-H SF0.1, {} files; {runs} warm runs each, medians in ms; remote: S3-like waits \
@@ -181,11 +244,12 @@ async fn main() -> Result<()> {
     );
     println!(
         "query | vanilla, local disk | installed, local disk (x vanilla) | installed / vanilla: \
-         median of paired runs, fastest runs | cached remote (x vanilla) | remote cold | warm \
-         requests | answers"
+         median of paired runs [interval], fastest runs | control / vanilla: the same | cached \
+         remote (x vanilla) | remote cold | warm requests | answers"
     );
-    let (mut sums, mut slower, mut differ) = ([0.0f64; 3], Vec::new(), Vec::new());
+    let (mut sums, mut slower, mut differ) = ([0.0f64; 4], Vec::new(), Vec::new());
     let (mut slower_paired, mut slower_fastest) = (Vec::new(), Vec::new());
+    let (mut slower_surely, mut control_slower) = (Vec::new(), Vec::new());
     let listed = |v: &[String]| match v.is_empty() {
         true => "none".to_string(),
         false => v.join(", "),
@@ -206,7 +270,7 @@ async fn main() -> Result<()> {
         if only.as_ref().is_some_and(|q| *q != name) {
             continue;
         }
-        let sides = [&vanilla, &installed, &cached];
+        let sides = [&vanilla, &installed, &cached, &control];
         if explain {
             let mut plans = Vec::new();
             for ctx in &sides[..2] {
@@ -228,7 +292,7 @@ async fn main() -> Result<()> {
         let mut cold = Duration::ZERO;
         for (i, ctx) in sides.iter().enumerate() {
             let (text, took) = answer(ctx, &sql).await?;
-            if i == 2 {
+            if SIDES[i] == "remote" {
                 cold = took;
             }
             answers.push(text);
@@ -245,7 +309,7 @@ async fn main() -> Result<()> {
             println!("{name} | {:.1} ({})", median(times), SIDES[side]);
             continue;
         }
-        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         remote.reset();
         for run in 0..runs {
             // Each run starts with another side, so that no side always follows the same one
@@ -256,11 +320,14 @@ async fn main() -> Result<()> {
             }
         }
         let requests = remote.counts();
-        let (paired, fastest) = steadier(&times[0], &times[1]);
-        let [v, i, c] = times.map(median);
-        sums[0] += v;
-        sums[1] += i;
-        sums[2] += c;
+        let ours = Paired::of(&times[0], &times[1]);
+        let theirs = Paired::of(&times[0], &times[3]);
+        let (paired, fastest) = (ours.median(), ours.fastest);
+        let medians = times.map(median);
+        for (sum, m) in sums.iter_mut().zip(medians) {
+            *sum += m;
+        }
+        let [v, i, c, _] = medians;
         if i > v {
             slower.push(format!("{name} {:.2}x", i / v));
         }
@@ -270,10 +337,22 @@ async fn main() -> Result<()> {
         if fastest > 1.0 {
             slower_fastest.push(format!("{name} {fastest:.3}x"));
         }
+        if ours.slower() {
+            slower_surely.push(format!("{name} {paired:.3}x"));
+        }
+        if theirs.slower() {
+            control_slower.push(format!("{name} {:.3}x", theirs.median()));
+        }
+        let shown = |p: &Paired| {
+            let (low, high) = p.interval();
+            format!("{:.3}x [{low:.3}, {high:.3}]", p.median())
+        };
         println!(
-            "{name} | {v:.1} | {i:.1} ({:.2}x) | {paired:.3}x, {fastest:.3}x | {c:.1} ({:.2}x) | \
+            "{name} | {v:.1} | {i:.1} ({:.2}x) | {}, {fastest:.3}x | {} | {c:.1} ({:.2}x) | \
              {:.0} | {}/{}/{} | {}",
             i / v,
+            shown(&ours),
+            shown(&theirs),
             c / v,
             ms(cold),
             requests.head,
@@ -302,6 +381,15 @@ async fn main() -> Result<()> {
         listed(&slower_paired),
         listed(&slower_fastest),
         listed(&differ),
+    );
+    println!(
+        "control: vanilla again {:.1} ms ({:.2}x); slower than vanilla beyond the noise (paired \
+         interval above 1, at {:.2}% per query): installed {}; control {}",
+        sums[3],
+        sums[3] / sums[0],
+        CONFIDENCE * 100.0,
+        listed(&slower_surely),
+        listed(&control_slower),
     );
     Ok(())
 }
