@@ -192,6 +192,8 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
             let heap_base = heap_live_mib();
             let counted = remote(store);
             let ctx = session(lake_cache.as_ref(), counted.clone())?;
+            // Said on stderr, as the end of registration is, to profile registration alone.
+            eprintln!("registering {size} files");
             let began = Instant::now();
             ctx.sql(TABLE).await?;
             let register = (ms(began.elapsed()), counted.counts());
