@@ -12,7 +12,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use datafusion::error::DataFusionError;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{
+    FooterTail, PageIndexPolicy, ParquetMetaData, ParquetMetaDataOptions, ParquetMetaDataReader,
+};
+use parquet::schema::types::SchemaDescriptor;
+
+use super::schemas;
 
 use crate::object::ObjectVersion;
 
@@ -49,6 +54,12 @@ where
     let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
     let mut bytes = read(size - suffix..size).await?;
     let metadata = loop {
+        if !reader.has_metadata()
+            && let Some(schema) = shared_schema(&bytes)
+        {
+            let options = ParquetMetaDataOptions::new().with_schema(schema);
+            reader = reader.with_metadata_options(Some(options));
+        }
         let result = if reader.has_metadata() {
             reader.read_page_indexes_sized(&bytes, size)
         } else {
@@ -83,6 +94,20 @@ where
     };
     check_offsets(&metadata, size).map_err(fail)?;
     Ok(Arc::new(metadata))
+}
+
+/// The schema of the footer at the end of `bytes`, as held for every footer of that schema
+/// (`schemas`), if `bytes` hold the whole footer and its schema decodes. An encrypted footer
+/// is left to the decoder.
+fn shared_schema(bytes: &[u8]) -> Option<Arc<SchemaDescriptor>> {
+    let end = bytes.len().checked_sub(8)?;
+    let tail = FooterTail::try_new(bytes[end..].try_into().ok()?).ok()?;
+    if tail.is_encrypted_footer() {
+        return None;
+    }
+    let start = end.checked_sub(tail.metadata_length())?;
+    let schema = ParquetMetaDataReader::decode_schema(&bytes[start..end]).ok()?;
+    Some(schemas::shared(Arc::unwrap_or_clone(schema)))
 }
 
 /// The footer in `bytes` (the end of a file of `size` bytes) without its page index, if it
@@ -148,6 +173,69 @@ mod tests {
             size,
             Validator::Immutable,
         )
+    }
+
+    async fn loaded(bytes: &Bytes) -> Arc<ParquetMetaData> {
+        let read = |r: Range<u64>| {
+            let b = bytes.slice(r.start as usize..r.end as usize);
+            async move { Ok(b) }
+        };
+        load_footer(&version(bytes.len() as u64), None, read)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn footers_of_one_schema_share_it_and_are_the_footers_their_bytes_describe() {
+        let spec = LakeSpec::small_files(2);
+        let (a, b) = (file_bytes(&spec, 0).unwrap(), file_bytes(&spec, 1).unwrap());
+        let (fa, fb) = (loaded(&a).await, loaded(&b).await);
+        assert!(Arc::ptr_eq(
+            &fa.file_metadata().schema_descr_ptr(),
+            &fb.file_metadata().schema_descr_ptr()
+        ));
+        assert!(Arc::ptr_eq(
+            &fa.row_group(0).schema_descr_ptr(),
+            &fb.file_metadata().schema_descr_ptr()
+        ));
+        // Each is the footer a decoder on its own makes of the file's bytes.
+        for (bytes, footer) in [(&a, &fa), (&b, &fb)] {
+            let alone = ParquetMetaDataReader::new()
+                .with_page_index_policy(PageIndexPolicy::Optional)
+                .parse_and_finish(bytes)
+                .unwrap();
+            assert_eq!(**footer, alone);
+        }
+        assert_ne!(
+            fa.row_group(0).column(0).statistics(),
+            fb.row_group(0).column(0).statistics()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_footer_of_another_schema_keeps_its_own() {
+        use arrow::array::Int32Array;
+        use arrow::datatypes::{DataType, Field, Schema};
+        use arrow::record_batch::RecordBatch;
+        use parquet::arrow::ArrowWriter;
+        let lake = loaded(&file_bytes(&LakeSpec::small_files(1), 0).unwrap()).await;
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int32, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int32Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let other = loaded(&Bytes::from(out)).await;
+        assert!(!Arc::ptr_eq(
+            &lake.file_metadata().schema_descr_ptr(),
+            &other.file_metadata().schema_descr_ptr()
+        ));
+        assert_eq!(other.file_metadata().schema_descr().num_columns(), 1);
+        assert_eq!(other.file_metadata().schema_descr().column(0).name(), "id");
     }
 
     #[tokio::test]

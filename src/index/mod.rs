@@ -10,9 +10,12 @@
 //! are kept ([`ObjectVersion::pins_bytes`]): a footer read at a version known by its time
 //! alone is returned, never cached.
 //!
-//! [`footer`] fetches and checks footers: what a load of a footer runs.
+//! [`footer`] fetches and checks footers: what a load of a footer runs; `schemas` gives the
+//! footers of one schema one copy of it (the weigher still counts it in each footer's
+//! `memory_size`, so the bound errs high).
 
 pub mod footer;
+mod schemas;
 
 use std::collections::HashMap;
 use std::future::Future;
