@@ -62,9 +62,9 @@ pub(crate) struct FooterWarmup {
     index: IndexCache,
     /// The most bytes a footer (with its page index) of each store needed so far.
     needed: Arc<Mutex<HashMap<StoreKey, u64>>>,
-    /// Bytes of footers the warm-ups under way loaded: warm-ups at once share the index
-    /// cache's free room rather than each taking all of it.
-    loading: Arc<AtomicU64>,
+    /// What the warm-ups under way loaded: warm-ups at once share the index cache's free
+    /// room rather than each taking all of it.
+    loading: Arc<Mutex<Loading>>,
 }
 
 impl FooterWarmup {
@@ -90,6 +90,7 @@ impl AfterListing for FooterWarmup {
             .free_bytes()
             .saturating_sub(index.capacity_bytes() / 10);
         let loading = Arc::clone(&self.loading);
+        let under_way = Loading::started(&loading);
         let read_from_end = needed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -100,10 +101,10 @@ impl AfterListing for FooterWarmup {
         let at_once = at_once.min(self.config.max_in_flight);
         async move {
             let began = Instant::now();
-            let (mut read, mut loaded, mut kept) = (0, 0, 0);
+            let (mut read, mut loaded) = (0, 0);
             let refused = AtomicU64::new(0);
             let may_load = || {
-                let fits = loading.load(Relaxed) < room;
+                let fits = lock(&loading).bytes < room;
                 if !fits {
                     refused.fetch_add(1, Relaxed);
                 }
@@ -125,15 +126,13 @@ impl AfterListing for FooterWarmup {
                         loaded += 1;
                         // A footer held already took no room.
                         if bytes > 0 {
-                            kept += weight;
-                            loading.fetch_add(weight, Relaxed);
+                            lock(&loading).bytes += weight;
                         }
                     }
                     async {}
                 })
                 .await;
-            // What this warm-up loaded is in the index cache's weight from now on.
-            loading.fetch_sub(kept, Relaxed);
+            drop(under_way);
             if refused.load(Relaxed) > 0 && !ROOM_LOGGED.swap(true, Relaxed) {
                 let files = listed.objects.iter().filter(|m| is_parquet(m)).count();
                 log::warn!(
@@ -148,6 +147,42 @@ impl AfterListing for FooterWarmup {
             }
         }
         .boxed()
+    }
+}
+
+/// Bytes of footers loaded by the warm-ups under way, and how many are under way.
+#[derive(Debug, Default)]
+struct Loading {
+    bytes: u64,
+    warmups: usize,
+}
+
+impl Loading {
+    /// One more warm-up under way, until the guard returned is dropped (its end, or its
+    /// future dropped before it).
+    fn started(loading: &Arc<Mutex<Loading>>) -> UnderWay {
+        lock(loading).warmups += 1;
+        UnderWay(Arc::clone(loading))
+    }
+
+    /// One warm-up ended. Its footers are in the index cache's weight from now on, but a
+    /// warm-up still under way measured its room before they were: their bytes stay counted
+    /// until the last warm-up ends (a warm-up starting meanwhile counts them twice, and
+    /// loads less rather than more).
+    fn ended(&mut self) {
+        self.warmups -= 1;
+        if self.warmups == 0 {
+            self.bytes = 0;
+        }
+    }
+}
+
+/// A warm-up under way; see [`Loading::started`].
+struct UnderWay(Arc<Mutex<Loading>>);
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        lock(&self.0).ended();
     }
 }
 
