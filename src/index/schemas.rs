@@ -12,7 +12,8 @@
 //!
 //! Entries are weak: a schema lives as long as a footer holds it. Dead entries are swept
 //! once the entries are the larger of [`SWEEP_FROM`] and twice as many as were alive at the
-//! last sweep, so the map stays within twice the schemas alive.
+//! last sweep, and a schema inserted takes the place of a dead one of the same hash: the map
+//! holds at most about twice the most schemas alive at once.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
@@ -49,26 +50,37 @@ struct Entries {
 impl Schemas {
     fn shared(&self, schema: SchemaDescriptor) -> Arc<SchemaDescriptor> {
         let hash = self.hash(&schema);
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = entries.by_hash.get(&hash).and_then(|same_hash| {
-            same_hash
-                .iter()
-                .filter_map(Weak::upgrade)
-                .find(|held| **held == schema)
-        }) {
+        // Compared outside the lock: a wide schema's comparison is long, and loads of
+        // footers of other tables take the lock meanwhile.
+        let candidates: Vec<Arc<SchemaDescriptor>> = self
+            .lock()
+            .by_hash
+            .get(&hash)
+            .map(|same_hash| same_hash.iter().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default();
+        if let Some(found) = candidates.into_iter().find(|held| **held == schema) {
             return found;
         }
+        // Two loads of a new schema at once may each insert it: each footer is still right,
+        // and the second copy goes once its footers do.
+        let schema = Arc::new(schema);
+        let mut entries = self.lock();
         if entries.held >= SWEEP_FROM.max(2 * entries.alive_at_sweep) {
             entries.sweep();
         }
-        let schema = Arc::new(schema);
-        entries
-            .by_hash
-            .entry(hash)
-            .or_default()
-            .push(Arc::downgrade(&schema));
-        entries.held += 1;
+        let same_hash = entries.by_hash.entry(hash).or_default();
+        match same_hash.iter_mut().find(|s| s.strong_count() == 0) {
+            Some(dead) => *dead = Arc::downgrade(&schema),
+            None => {
+                same_hash.push(Arc::downgrade(&schema));
+                entries.held += 1;
+            }
+        }
         schema
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A hash of what tells schemas apart most often (their columns' paths and physical
@@ -85,7 +97,7 @@ impl Schemas {
 
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).held
+        self.lock().held
     }
 }
 
