@@ -53,12 +53,17 @@ where
     let mut suffix = (metadata_size_hint.unwrap_or(0) as u64).clamp(8, size);
     let mut reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
     let mut bytes = read(size - suffix..size).await?;
+    // Found once: a pass that fetches more bytes (a page index further back) decodes the
+    // footer again, on the schema already found.
+    let mut schema_found = false;
     let metadata = loop {
-        if !reader.has_metadata()
+        if !schema_found
+            && !reader.has_metadata()
             && let Some(schema) = shared_schema(&bytes)
         {
             let options = ParquetMetaDataOptions::new().with_schema(schema);
             reader = reader.with_metadata_options(Some(options));
+            schema_found = true;
         }
         let result = if reader.has_metadata() {
             reader.read_page_indexes_sized(&bytes, size)

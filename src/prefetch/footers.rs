@@ -320,4 +320,20 @@ mod tests {
         assert_eq!(measured(12_500_000, ms(125), None), None);
         assert_eq!(measured(12_500_000, ms(27), Some(ms(25))), None);
     }
+
+    #[test]
+    fn a_warm_ups_loads_stay_counted_until_the_last_warm_up_under_way_ends() {
+        let loading = Arc::new(Mutex::new(Loading::default()));
+        let first = Loading::started(&loading);
+        let second = Loading::started(&loading);
+        lock(&loading).bytes += 100;
+        // The first ends (or its future is dropped): the second measured its room before
+        // those footers were in the cache's weight.
+        drop(first);
+        assert_eq!(lock(&loading).bytes, 100);
+        lock(&loading).bytes += 50;
+        drop(second);
+        assert_eq!(lock(&loading).bytes, 0);
+        assert_eq!(lock(&loading).warmups, 0);
+    }
 }

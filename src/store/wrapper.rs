@@ -225,7 +225,10 @@ impl<S: ObjectStore> CachingObjectStore<S> {
     /// cache.
     async fn head_inner(&self, location: &Path) -> Result<ObjectMeta> {
         let since = self.reads.now();
-        let head = (self.reads.hedged_head(location).await)
+        let head = self
+            .reads
+            .hedged_head(location)
+            .await
             .map_err(|e| super::reads::naming(e, format!("reading {location}")));
         self.observe(location, (head, since), |r| &r.meta)
             .map(|r| r.meta)
