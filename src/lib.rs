@@ -15,6 +15,7 @@ pub mod ballista;
 pub mod config;
 #[cfg(feature = "delta")]
 pub mod delta;
+mod few_map;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 mod handle;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first. Modules of one layer do not import each other.
 const LAYERS: &[&[&str]] = &[
+    &["few_map"],
     &["object"],
     &["config", "stats", "metrics"],
     &["handle", "index", "range"],

@@ -6,12 +6,13 @@
 //! entry, each a member with its recorded metadata (an `Arc` shared with the members that
 //! recorded the same) and the versions it proved (its bytes: `--scenario entries` of benches/scale).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use object_store::ObjectMeta;
+use smallvec::SmallVec;
 
+use crate::few_map::FewMap;
 use crate::object::{ObjectVersion, StoreIdentity};
 
 /// Identities an entry holds per unit of `lakecache.handle.capacity` beyond its first: an
@@ -47,7 +48,7 @@ pub(super) struct Members {
     /// Set once the cache let the entry go (evicted, expired, forgotten): what is recorded
     /// here is seen by nobody, so a recording that finds it set goes to a new entry.
     pub(super) gone: bool,
-    pub(super) by: HashMap<StoreIdentity, Member>,
+    pub(super) by: ByIdentity,
     /// The metadata recorded last, shared with the next member that records the same.
     last: Option<Arc<ObjectMeta>>,
     /// The member count when the cache last weighed the entry.
@@ -77,11 +78,16 @@ impl Members {
     }
 }
 
+/// The members of one object's entry, by identity. Most objects are shown by one identity,
+/// kept inside the entry; a thousand identities of one object still find theirs in one probe.
+pub(super) type ByIdentity = FewMap<StoreIdentity, Member>;
+
 /// What one identity recorded of an object and proved of its versions.
 #[derive(Default)]
 pub(super) struct Member {
     pub(super) meta: Option<Recorded>,
-    pub(super) proofs: Vec<Proof>,
+    /// Mostly one version: kept inline.
+    pub(super) proofs: SmallVec<[Proof; 1]>,
 }
 
 impl Member {

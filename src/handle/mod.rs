@@ -10,7 +10,6 @@
 mod files;
 mod known;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use moka::ops::compute::Op;
 use moka::sync::Cache;
 use object_store::path::Path;
 use object_store::{ListResult, ObjectMeta};
+use smallvec::SmallVec;
 use twox_hash::XxHash64;
 
 pub use files::max_open_files_allowed;
@@ -130,8 +130,9 @@ fn path_hash(path: &Path) -> usize {
     XxHash64::oneshot(0, path.as_ref().as_bytes()) as usize
 }
 
-/// A shard of the path index: the entries of each path, one per store.
-type ByPath = datafusion::common::HashMap<Path, Vec<Indexed>>;
+/// A shard of the path index: the entries of each path, one per store (mostly one: kept
+/// inline).
+type ByPath = datafusion::common::HashMap<Path, SmallVec<[Indexed; 1]>>;
 
 /// An entry of the handle cache, as the path index finds it.
 struct Indexed {
@@ -302,10 +303,10 @@ impl HandleCache {
                 if std::mem::replace(&mut members.gone, true) {
                     return;
                 }
-                for member in members.by.values() {
+                for (_, member) in members.by.iter() {
                     held.dropped(member, cause);
                 }
-                members.by = HashMap::new();
+                members.by = known::ByIdentity::default();
                 if cause == RemovalCause::Size && !FULL_LOGGED.swap(true, Relaxed) {
                     log::warn!(
                         "the handle cache is full (lakecache.handle.capacity = {capacity}): \
@@ -484,7 +485,7 @@ impl HandleCache {
             token: self.inner.next_token.fetch_add(1, Relaxed),
             at: Instant::now(),
         };
-        let member = members.by.entry(identity.clone()).or_default();
+        let member = members.by.get_or_default(identity);
         if member.meta.replace(recorded).is_none() {
             self.inner.held.metas.fetch_add(1, Relaxed);
         }
@@ -690,7 +691,7 @@ impl HandleCache {
             return;
         }
         self.change(version.id(), |members| {
-            let member = members.by.entry(identity.clone()).or_default();
+            let member = members.by.get_or_default(identity);
             let now = Instant::now();
             match member.proofs.iter_mut().find(|p| &p.version == version) {
                 Some(proof) => proof.at = now,
@@ -910,7 +911,7 @@ impl HandleCache {
             let members = lock(&known.state);
             // Members that recorded the same metadata share it: compared once.
             let mut agreed: Option<*const ObjectMeta> = None;
-            for (identity, member) in &members.by {
+            for (identity, member) in members.by.iter() {
                 let Some(recorded) = member.meta.as_ref().filter(|r| !expired(r.at, ttl)) else {
                     continue;
                 };

@@ -403,14 +403,24 @@ fn identities_share_one_entry_per_object_weighed_by_how_many_showed_it() {
     // One copy of the metadata, shared by every identity that recorded it.
     let known = cache.known(&id("t/a")).unwrap();
     let members = lock(&known.state);
-    let first = members.by[&identities[0]]
+    let first = members
+        .by
+        .get(&identities[0])
+        .unwrap()
         .meta
         .as_ref()
         .unwrap()
         .meta
         .clone();
     for identity in &identities {
-        let recorded = &members.by[identity].meta.as_ref().unwrap().meta;
+        let recorded = &members
+            .by
+            .get(identity)
+            .unwrap()
+            .meta
+            .as_ref()
+            .unwrap()
+            .meta;
         assert!(Arc::ptr_eq(recorded, &first), "{identity}");
     }
     drop(members);

@@ -12,6 +12,11 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Mutex, MutexGuard};
 
 use super::ObjectId;
+use crate::few_map::FewMap;
+
+/// The keys of one object, each with how many insertions of it the cache has not yet
+/// reported removed. Mostly one (its footer): kept inline.
+type Keys<K> = FewMap<K, u32>;
 
 /// Shards of the map, each behind its own lock: caches of every session update it.
 const SHARDS: usize = 16;
@@ -20,7 +25,7 @@ const SHARDS: usize = 16;
 /// notification (replaced, expired, evicted, invalidated) once: a key recorded again over
 /// an entry moka has not swept yet stays listed while the cache holds it.
 pub(crate) struct ByObject<K> {
-    shards: [Mutex<HashMap<ObjectId, HashMap<K, u32>>>; SHARDS],
+    shards: [Mutex<HashMap<ObjectId, Keys<K>>>; SHARDS],
     hasher: RandomState,
 }
 
@@ -34,7 +39,7 @@ impl<K> Default for ByObject<K> {
 }
 
 impl<K: Hash + Eq + Clone> ByObject<K> {
-    fn shard(&self, id: &ObjectId) -> MutexGuard<'_, HashMap<ObjectId, HashMap<K, u32>>> {
+    fn shard(&self, id: &ObjectId) -> MutexGuard<'_, HashMap<ObjectId, Keys<K>>> {
         let at = self.hasher.hash_one(id) as usize % SHARDS;
         self.shards[at].lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -42,11 +47,7 @@ impl<K: Hash + Eq + Clone> ByObject<K> {
     /// `key`, of object `id`, goes into the cache.
     pub(crate) fn added(&self, id: &ObjectId, key: &K) {
         let mut shard = self.shard(id);
-        *shard
-            .entry(id.clone())
-            .or_default()
-            .entry(key.clone())
-            .or_default() += 1;
+        *shard.entry(id.clone()).or_default().get_or_default(key) += 1;
     }
 
     /// An entry under `key` left the cache.

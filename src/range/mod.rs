@@ -35,6 +35,7 @@ use bytes::Bytes;
 use datafusion::error::{DataFusionError, Result};
 use moka::notification::RemovalCause;
 use moka::sync::Cache;
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use crate::config::RangeConfig;
@@ -65,7 +66,8 @@ type SpanMap = Arc<Mutex<Held>>;
 #[derive(Debug, Default)]
 struct Held {
     versions: HashMap<ObjectVersion, Spans>,
-    objects: HashMap<ObjectId, Vec<ObjectVersion>>,
+    /// Mostly one version per object: kept inline.
+    objects: HashMap<ObjectId, SmallVec<[ObjectVersion; 1]>>,
 }
 
 impl Held {
@@ -109,7 +111,7 @@ impl Held {
 
     /// The versions of object `id` it holds ranges of.
     fn versions_of(&self, id: &ObjectId) -> Vec<ObjectVersion> {
-        self.objects.get(id).cloned().unwrap_or_default()
+        self.objects.get(id).map(|v| v.to_vec()).unwrap_or_default()
     }
 
     fn holds_object(&self, id: &ObjectId) -> bool {

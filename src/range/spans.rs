@@ -9,7 +9,98 @@ use std::ops::Range;
 /// at or before it: each piece of a lookup is one probe of the map, however many ranges the
 /// object has.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Spans(BTreeMap<u64, u64>);
+pub(crate) struct Spans(Starts);
+
+/// Ends by start. Most versions a tier holds are held in one range (a small file read
+/// whole, a footer): that one is kept inline, a map taken for more.
+#[derive(Debug, Default, Clone)]
+enum Starts {
+    #[default]
+    None,
+    One(u64, u64),
+    Many(BTreeMap<u64, u64>),
+}
+
+impl Starts {
+    /// The held ranges starting within `starts`, in order.
+    fn within(&self, starts: Range<u64>) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let (one, many) = match self {
+            Self::None => (None, None),
+            Self::One(s, e) => (starts.contains(s).then_some((*s, *e)), None),
+            Self::Many(map) => (None, Some(map.range(starts))),
+        };
+        let many = many.into_iter().flatten().map(|(&s, &e)| (s, e));
+        one.into_iter().chain(many)
+    }
+
+    /// The held range starting last at or before `pos`.
+    fn at_or_before(&self, pos: u64) -> Option<(u64, u64)> {
+        match self {
+            Self::None => None,
+            Self::One(s, e) => (*s <= pos).then_some((*s, *e)),
+            Self::Many(map) => map.range(..=pos).next_back().map(|(&s, &e)| (s, e)),
+        }
+    }
+
+    /// The start of the first held range starting after `pos`.
+    fn first_after(&self, pos: u64) -> Option<u64> {
+        match self {
+            Self::None => None,
+            Self::One(s, _) => (*s > pos).then_some(*s),
+            Self::Many(map) => map.range(pos + 1..).next().map(|(&s, _)| s),
+        }
+    }
+
+    fn end_of(&self, start: u64) -> Option<u64> {
+        match self {
+            Self::None => None,
+            Self::One(s, e) => (*s == start).then_some(*e),
+            Self::Many(map) => map.get(&start).copied(),
+        }
+    }
+
+    fn insert(&mut self, start: u64, end: u64) {
+        match self {
+            Self::None => *self = Self::One(start, end),
+            Self::One(s, _) if *s == start => *self = Self::One(start, end),
+            Self::One(s, e) => *self = Self::Many(BTreeMap::from([(*s, *e), (start, end)])),
+            Self::Many(map) => {
+                map.insert(start, end);
+            }
+        }
+    }
+
+    fn remove(&mut self, start: u64) {
+        match self {
+            Self::None => {}
+            Self::One(s, _) => {
+                if *s == start {
+                    *self = Self::None;
+                }
+            }
+            Self::Many(map) => {
+                map.remove(&start);
+                if map.len() <= 1 {
+                    *self = map.pop_first().map_or(Self::None, |(s, e)| Self::One(s, e));
+                }
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Self::None)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let (one, many) = match self {
+            Self::None => (None, None),
+            Self::One(s, e) => (Some((*s, *e)), None),
+            Self::Many(map) => (None, Some(map)),
+        };
+        let many = many.into_iter().flatten().map(|(&s, &e)| (s, e));
+        one.into_iter().chain(many)
+    }
+}
 
 /// One piece of a request: the bytes `piece`, and the held range they lie in, if any.
 pub(crate) type Piece = (Range<u64>, Option<Range<u64>>);
@@ -29,16 +120,13 @@ impl Spans {
         if self.holds(&range) {
             return Inserted::Covered;
         }
-        let mut inside = Vec::new();
-        for (&start, &end) in self.0.range(range.start..range.end) {
-            // Ends grow with starts: the first one reaching past `range` ends the run.
-            if end > range.end {
-                break;
-            }
-            inside.push(start..end);
-        }
+        // Ends grow with starts: the first one reaching past `range` ends the run.
+        let inside: Vec<Range<u64>> = (self.0.within(range.start..range.end))
+            .take_while(|&(_, end)| end <= range.end)
+            .map(|(start, end)| start..end)
+            .collect();
         for r in &inside {
-            self.0.remove(&r.start);
+            self.0.remove(r.start);
         }
         self.0.insert(range.start, range.end);
         Inserted::Replacing(inside)
@@ -52,8 +140,8 @@ impl Spans {
 
     /// Forgets `range` if it is the range held at its start.
     pub(crate) fn remove(&mut self, range: &Range<u64>) {
-        if self.0.get(&range.start) == Some(&range.end) {
-            self.0.remove(&range.start);
+        if self.0.end_of(range.start) == Some(range.end) {
+            self.0.remove(range.start);
         }
     }
 
@@ -63,7 +151,7 @@ impl Spans {
 
     /// Every held range.
     pub(crate) fn ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
-        self.0.iter().map(|(&s, &e)| s..e)
+        self.0.iter().map(|(s, e)| s..e)
     }
 
     /// The bytes the held ranges cover, each byte once where ranges overlap.
@@ -83,7 +171,7 @@ impl Spans {
     fn holding(&self, pos: u64) -> Option<Range<u64>> {
         #[cfg(test)]
         tests::PROBES.with(|p| p.set(p.get() + 1));
-        self.0.range(..=pos).next_back().map(|(&s, &e)| s..e)
+        self.0.at_or_before(pos).map(|(s, e)| s..e)
     }
 
     /// Cuts `range` into consecutive pieces, each inside one held range or in a gap no held
@@ -101,7 +189,7 @@ impl Spans {
                 None => {
                     #[cfg(test)]
                     tests::PROBES.with(|p| p.set(p.get() + 1));
-                    let next = self.0.range(pos + 1..).next().map_or(u64::MAX, |(&s, _)| s);
+                    let next = self.0.first_after(pos).unwrap_or(u64::MAX);
                     let end = next.min(range.end);
                     pieces.push((pos..end, None));
                     pos = end;
@@ -171,6 +259,32 @@ mod tests {
         s.remove(&(0..20));
         s.remove(&(25..60));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn one_range_is_held_inline_and_a_second_takes_a_map_until_one_is_left() {
+        let mut s = spans(&[20..30]);
+        assert!(matches!(s.0, Starts::One(20, 30)));
+        assert_eq!(s.insert(0..10), Inserted::Replacing(vec![]));
+        assert!(matches!(s.0, Starts::Many(_)));
+        assert_eq!(
+            s.cover(0..30),
+            vec![(0..10, Some(0..10)), (10..20, None), (20..30, Some(20..30))]
+        );
+        s.remove(&(0..10));
+        assert!(matches!(s.0, Starts::One(20, 30)), "back inline: {:?}", s.0);
+        assert_eq!(s.cover(0..30), vec![(0..20, None), (20..30, Some(20..30))]);
+        s.remove(&(20..25));
+        assert!(
+            s.holds(&(20..30)),
+            "a range that is not the one held at its start stays"
+        );
+        assert_eq!(s.insert(10..40), Inserted::Replacing(vec![20..30]));
+        assert_eq!(s.ranges().collect::<Vec<_>>(), vec![10..40]);
+        assert_eq!(
+            s.cover(5..45),
+            vec![(5..10, None), (10..40, Some(10..40)), (40..45, None)]
+        );
     }
 
     #[test]
