@@ -29,6 +29,9 @@
 //! - `entries`: `--entries` (default 1000000) objects listed and read through the wrapper:
 //!   the handle cache's bytes per object, and what a second store identity adds.
 //!
+//! Files are named `lake/f0000042.parquet`; `--spark-names 1` names them as Spark does
+//! (`lake/part-00042-<a UUID>.c000.snappy.parquet`, 72 characters), for what longer paths cost.
+//!
 //! `cargo bench --bench scale` (options above, and `--modes vanilla,cached`; the figures in
 //! docs/benchmarks.md, "Scale"). `LAKECACHE_*` variables set the caches' settings, for a
 //! sizing run; the figures reported are of the defaults.
@@ -120,11 +123,32 @@ async fn lake(files: u64) -> Arc<InMemory> {
     lake_of(files, tiny_file()).await
 }
 
+/// The path of file `i` of the lake: `lake/f0000042.parquet` (21 characters), or with
+/// `--spark-names 1` a name as Spark writes them, 72 characters with `lake/`
+/// (`part-00042-<a UUID>.c000.snappy.parquet`), for what longer paths cost.
+fn file_path(i: u64) -> Path {
+    match common::arg("--spark-names", 0) {
+        0 => Path::from(format!("lake/f{i:07}.parquet")),
+        _ => {
+            let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let uuid = format!(
+                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                h >> 32,
+                (h >> 16) & 0xffff,
+                h & 0xfff,
+                (h >> 20) & 0xfff,
+                i
+            );
+            Path::from(format!("lake/part-{i:05}-{uuid}.c000.snappy.parquet"))
+        }
+    }
+}
+
 /// A lake of `files` copies of `bytes` under `lake/`, one buffer shared.
 async fn lake_of(files: u64, bytes: Bytes) -> Arc<InMemory> {
     let store = Arc::new(InMemory::new());
     for i in 0..files {
-        let path = Path::from(format!("lake/f{i:07}.parquet"));
+        let path = file_path(i);
         store
             .put(&path, PutPayload::from_bytes(bytes.clone()))
             .await
@@ -401,8 +425,7 @@ async fn child(scenario: &str, mode: &str, size: u64) -> Result<()> {
             let after_listing = peak_rss_mib();
             let read_all = |wrapped: Arc<dyn ObjectStore>| async move {
                 for i in 0..size {
-                    let path = Path::from(format!("lake/f{i:07}.parquet"));
-                    wrapped.get_range(&path, 0..4).await?;
+                    wrapped.get_range(&file_path(i), 0..4).await?;
                 }
                 Ok::<_, object_store::Error>(())
             };
