@@ -155,7 +155,8 @@ pub struct IndexStats {
 pub struct RangeStats {
     /// The memory tier. Hits and misses count pieces of reads found or not found in it.
     pub memory: CacheStats,
-    /// Bytes the memory tier holds.
+    /// Bytes the memory tier holds, as weighed against its capacity: each range's bytes and
+    /// 432 more for its bookkeeping.
     pub memory_bytes: u64,
     /// Bytes the memory tier may hold.
     pub memory_capacity: u64,

@@ -154,7 +154,7 @@ macro_rules! setting_table {
                 memory_bytes: u64 = 1 << 30, Size { min: 1 << 20, max: PIB },
                     "lakecache.range.memory", range_memory_bytes, Shared,
                     "Bytes of remote objects kept in memory; ranges read twice win over ranges read once.",
-                    "A range larger than an eighth of it is not kept. When full, moka's TinyLFU admission lets a range in only if it is read more often than what it would push out: one large scan does not flush the ranges repeated queries read. Not reserved in DataFusion's `MemoryPool`: it is shared by every session and bounded by this capacity.";
+                    "A range larger than an eighth of it is not kept. When full, moka's TinyLFU admission lets a range in only if it is read more often than what it would push out: one large scan does not flush the ranges repeated queries read. Each range weighs its bytes and 432 more for its bookkeeping, so the bound holds for small ranges too. Not reserved in DataFusion's `MemoryPool`: it is shared by every session and bounded by this capacity.";
                 disk_dir: Option<PathBuf> = None, Dir,
                     "lakecache.range.disk_dir", range_disk_dir, Shared,
                     "Directory where bytes of remote objects are also kept, checksummed, across restarts; empty = none.",

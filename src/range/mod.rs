@@ -49,6 +49,18 @@ use spans::{Inserted, Spans};
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
 /// written (the disk is slower than the network), rather than held in memory.
 const MAX_PENDING_DISK_BYTES: u64 = 256 << 20;
+/// What a range held in memory takes besides its bytes, counted in its weight so that the
+/// tier's bound holds for small ranges too (a million ranges of a few hundred bytes would
+/// otherwise hold twice their weight): moka's entry and key (about 260 bytes) and the
+/// version's place in the index of spans (about 170 bytes for its first range), measured
+/// with a heap profile of the scale bench's registration (docs/benchmarks.md, "Scale").
+pub(crate) const ENTRY_BOOKKEEPING: u64 = 432;
+
+/// What a range of `len` bytes weighs against `lakecache.range.memory`.
+fn memory_weight(len: usize) -> u32 {
+    u32::try_from(len as u64 + ENTRY_BOOKKEEPING).unwrap_or(u32::MAX)
+}
+
 /// Once memory is full, one range in this many read from disk is offered to it
 /// (`RangeCache::promotes`).
 const PROMOTE_ONE_IN: u64 = 8;
@@ -178,7 +190,7 @@ impl RangeCache {
         let spans: SpanMap = Arc::default();
         let memory = Cache::builder()
             .max_capacity(config.memory_bytes)
-            .weigher(|_, v: &Bytes| u32::try_from(v.len()).unwrap_or(u32::MAX))
+            .weigher(|_, v: &Bytes| memory_weight(v.len()))
             .eviction_listener({
                 let (counters, spans) = (Arc::clone(&counters), Arc::clone(&spans));
                 move |key: Arc<RangeKey>, value: Bytes, cause| {

@@ -256,6 +256,28 @@ async fn the_memory_tier_stays_within_its_bound_under_a_larger_scan() {
 }
 
 #[tokio::test]
+async fn small_ranges_weigh_their_bookkeeping_so_the_bound_holds_for_them_too() {
+    // 5,000 versions read 16 bytes each: 80 KB of bytes, which alone would all fit in 1 MiB,
+    // but each range held takes hundreds of bytes of bookkeeping besides.
+    let capacity = 1 << 20;
+    let cache = RangeCache::try_new(config(capacity)).unwrap();
+    let fetches = Fetches::default();
+    for i in 0..5_000 {
+        fetches
+            .read(&cache, &version(&i.to_string()), &[0..16], 0)
+            .await;
+    }
+    let stats = cache.stats();
+    assert!(stats.memory.entries > 0, "{stats:?}");
+    assert!(
+        stats.memory.entries * (16 + super::ENTRY_BOOKKEEPING) <= capacity,
+        "{} ranges of 16 bytes held in {capacity} bytes: their bookkeeping is not counted",
+        stats.memory.entries
+    );
+    assert!(stats.memory_bytes <= capacity, "{stats:?}");
+}
+
+#[tokio::test]
 async fn a_scan_read_once_does_not_flush_ranges_read_often() {
     let capacity = 4 << 20;
     let cache = RangeCache::try_new(config(capacity)).unwrap();
@@ -360,8 +382,8 @@ async fn ranges_read_from_disk_go_to_memory_while_it_has_room_then_one_in_eight(
     let dir = tempfile::tempdir().unwrap();
     let v = version("1");
     let fetches = Fetches::default();
-    // 32 ranges of 64 KiB on disk (too far apart to be coalesced), in a cache of 1 MiB of
-    // memory: room for 16.
+    // 32 ranges of 64 KiB on disk (too far apart to be coalesced), in a memory tier with
+    // room for 16 (each with its bookkeeping).
     let ranges: Vec<Range<u64>> = (0..32u64)
         .map(|i| i << 21..(i << 21) + (64 << 10))
         .collect();
@@ -372,7 +394,7 @@ async fn ranges_read_from_disk_go_to_memory_while_it_has_room_then_one_in_eight(
     }
     fetches.take();
     let small = RangeConfig {
-        memory_bytes: 1 << 20,
+        memory_bytes: 16 * ((64 << 10) + super::ENTRY_BOOKKEEPING),
         ..with_disk(dir.path())
     };
     let cache = RangeCache::try_new(small).unwrap();
