@@ -149,6 +149,14 @@ pub struct IndexStats {
     pub planning_hits: u64,
 }
 
+/// What a range held in the range cache's memory tier weighs besides its bytes, counted
+/// against `lakecache.range.memory` so that its bound holds for small ranges too (a million
+/// ranges of a few hundred bytes would otherwise hold twice their weight): moka's entry and
+/// key (about 260 bytes) and the version's place in the tier's index of spans (about 170
+/// bytes for its first range), measured with a heap profile of the scale bench's
+/// registration (docs/benchmarks.md, "Scale"). [`RangeStats::memory_bytes`] includes it.
+pub const RANGE_ENTRY_BOOKKEEPING: u64 = 432;
+
 /// Figures of the range cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -156,7 +164,7 @@ pub struct RangeStats {
     /// The memory tier. Hits and misses count pieces of reads found or not found in it.
     pub memory: CacheStats,
     /// Bytes the memory tier holds, as weighed against its capacity: each range's bytes and
-    /// 432 more for its bookkeeping.
+    /// [`RANGE_ENTRY_BOOKKEEPING`] more for its bookkeeping.
     pub memory_bytes: u64,
     /// Bytes the memory tier may hold.
     pub memory_capacity: u64,

@@ -11,6 +11,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_lakecache::LakeCache;
 use datafusion_lakecache::metrics_export::{export_every, export_metrics};
+use datafusion_lakecache::stats::RANGE_ENTRY_BOOKKEEPING;
 use datafusion_lakecache::testkit::lake::LakeSpec;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
@@ -103,8 +104,10 @@ async fn a_prometheus_scrape_shows_the_figures_of_one_query() {
     assert_eq!(figure("store", "gets"), requests.get);
     assert_eq!(figure("range.memory", "hits"), 0);
     assert_eq!(
-        figure("range", "bytes_from_store"),
-        figure("range.memory", "bytes")
+        figure("range", "bytes_from_store")
+            + figure("range.memory", "entries") * RANGE_ENTRY_BOOKKEEPING,
+        figure("range.memory", "bytes"),
+        "the memory tier weighs each range's bytes and its bookkeeping"
     );
     assert_eq!(figure("prefetch", "scans"), 1);
     // Totals are counters, levels gauges.

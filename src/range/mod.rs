@@ -49,12 +49,7 @@ use spans::{Inserted, Spans};
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
 /// written (the disk is slower than the network), rather than held in memory.
 const MAX_PENDING_DISK_BYTES: u64 = 256 << 20;
-/// What a range held in memory takes besides its bytes, counted in its weight so that the
-/// tier's bound holds for small ranges too (a million ranges of a few hundred bytes would
-/// otherwise hold twice their weight): moka's entry and key (about 260 bytes) and the
-/// version's place in the index of spans (about 170 bytes for its first range), measured
-/// with a heap profile of the scale bench's registration (docs/benchmarks.md, "Scale").
-pub(crate) const ENTRY_BOOKKEEPING: u64 = 432;
+pub(crate) use crate::stats::RANGE_ENTRY_BOOKKEEPING as ENTRY_BOOKKEEPING;
 
 /// What a range of `len` bytes weighs against `lakecache.range.memory`.
 fn memory_weight(len: usize) -> u32 {
