@@ -119,7 +119,12 @@ const FIGURES: &[(&str, Kind, Unit, &str)] = &[
         Unit::Count,
         "HEAD requests sent only to prove access to a version the caches held.",
     ),
-    ("bytes", Kind::Gauge, Unit::Bytes, "Bytes held now."),
+    (
+        "bytes",
+        Kind::Gauge,
+        Unit::Bytes,
+        "Bytes held now, as weighed against the capacity (the range memory tier's include 432 per range for its bookkeeping).",
+    ),
     (
         "capacity",
         Kind::Gauge,

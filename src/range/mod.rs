@@ -14,7 +14,8 @@
 //! are kept, and every fetch of their gaps is guarded by that version, so a replaced object
 //! is a new key (its old ranges are never served for it).
 //!
-//! The memory tier is a moka cache weighted by bytes. Its TinyLFU admission keeps the hot set
+//! The memory tier is a moka cache weighted by bytes: each range's, and
+//! [`ENTRY_BOOKKEEPING`] for what its entry takes besides. Its TinyLFU admission keeps the hot set
 //! when full: a range seen once (one pass of a scan larger than the cache) cannot push out
 //! ranges read more often, while a range read again is admitted. Local files are not cached:
 //! the operating system's page cache already keeps them.
