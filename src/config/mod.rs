@@ -69,7 +69,7 @@ macro_rules! setting_table {
                 capacity: u64 = 100_000, Count { min: 1, max: 1 << 40 },
                     "lakecache.handle.capacity", handle_capacity, Shared,
                     "Objects whose metadata (HEAD, GET and LIST results) and proofs of access are kept: one entry per object, shared by every store identity that showed it (an entry weighs one more per 32 identities).",
-                    "Hold a table's files, or every warm query asks the store a HEAD per file it lacks (said once in the log when entries are evicted for room). About 2.0 KiB per object listed and read by one identity, 0.5 KiB per further identity, measured at 1,000,000 objects (docs/tuning.md). Listings have a bound of their own (`listing_bytes`).";
+                    "Hold a table's files, or every warm query asks the store a HEAD per file it lacks (said once in the log when entries are evicted for room). About 1.8 KiB per object listed and read by one identity, 0.5 KiB per further identity, measured at 1,000,000 objects (docs/tuning.md). Listings have a bound of their own (`listing_bytes`).";
                 listing_bytes: u64 = 256 << 20, Size { min: 1, max: PIB },
                     "lakecache.handle.listing_bytes", handle_listing_bytes, Shared,
                     "Bytes of cached listings kept, each listed object weighing its path, e_tag and about 100 bytes.",

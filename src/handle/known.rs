@@ -56,15 +56,43 @@ pub(super) struct Members {
 }
 
 impl Members {
-    /// `meta`, shared with what the last recording kept if it is the same.
-    pub(super) fn shared(&mut self, meta: &ObjectMeta) -> Arc<ObjectMeta> {
+    /// `meta`, shared with what the last recording kept if it is the same, else `given`
+    /// (`meta` in an allocation of its own already), else a copy.
+    pub(super) fn shared(
+        &mut self,
+        meta: &ObjectMeta,
+        given: Option<&Arc<ObjectMeta>>,
+    ) -> Arc<ObjectMeta> {
         match &self.last {
             Some(last) if last.as_ref() == meta => Arc::clone(last),
             _ => {
-                let meta = Arc::new(meta.clone());
+                let meta = match given {
+                    Some(given) if given.as_ref() == meta => Arc::clone(given),
+                    _ => Arc::new(meta.clone()),
+                };
                 self.last = Some(Arc::clone(&meta));
                 meta
             }
+        }
+    }
+
+    /// `identity`'s recording of `held` now holds `given`, an equal copy that a listing
+    /// holds: one copy for both. The recording is otherwise unchanged (its token and time).
+    pub(super) fn share(
+        &mut self,
+        identity: &StoreIdentity,
+        held: &Arc<ObjectMeta>,
+        given: &Arc<ObjectMeta>,
+    ) {
+        if let Some(recorded) = self.by.get_mut(identity).and_then(|m| m.meta.as_mut()) {
+            recorded.meta = Arc::clone(given);
+        }
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|last| Arc::ptr_eq(last, held))
+        {
+            self.last = Some(Arc::clone(given));
         }
     }
 

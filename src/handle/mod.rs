@@ -48,17 +48,18 @@ pub(crate) struct ListKey {
     pub(crate) kind: ListKind,
 }
 
-/// A cached listing. Immutable once built; shared by every reader.
+/// A cached listing. Immutable once built; shared by every reader. Its objects' metadata is
+/// the same allocation the handle entries recorded from it.
 #[derive(Debug)]
 pub(crate) struct Listing {
-    pub(crate) objects: Vec<ObjectMeta>,
+    pub(crate) objects: Vec<Arc<ObjectMeta>>,
     pub(crate) common_prefixes: Vec<Path>,
 }
 
 impl Listing {
     pub(crate) fn to_list_result(&self) -> ListResult {
         ListResult {
-            objects: self.objects.clone(),
+            objects: self.objects.iter().map(|m| m.as_ref().clone()).collect(),
             common_prefixes: self.common_prefixes.clone(),
         }
     }
@@ -66,12 +67,12 @@ impl Listing {
     /// The objects of `listing` one at a time, each copied as it is taken: a listing served
     /// from the cache holds one copy of its objects, however many read it at once.
     pub(crate) fn stream(listing: Arc<Listing>) -> impl Iterator<Item = ObjectMeta> {
-        (0..listing.objects.len()).map(move |i| listing.objects[i].clone())
+        (0..listing.objects.len()).map(move |i| listing.objects[i].as_ref().clone())
     }
 
     /// The bytes it holds, as weighed against `lakecache.handle.listing_bytes`.
     fn weight(&self) -> u64 {
-        let objects: u64 = self.objects.iter().map(listed_bytes).sum();
+        let objects: u64 = self.objects.iter().map(|m| listed_bytes(m)).sum();
         let prefixes: u64 = self
             .common_prefixes
             .iter()
@@ -478,10 +479,17 @@ impl HandleCache {
             .map(|r| r.meta.as_ref().clone())
     }
 
-    /// Keeps `meta` as what `identity` recorded, under a new token.
-    fn put(&self, members: &mut Members, identity: &StoreIdentity, meta: &ObjectMeta) {
+    /// Keeps `meta` as what `identity` recorded, under a new token; `given` is `meta` in an
+    /// allocation of its own already (a listing's), taken rather than copied.
+    fn put(
+        &self,
+        members: &mut Members,
+        identity: &StoreIdentity,
+        meta: &ObjectMeta,
+        given: Option<&Arc<ObjectMeta>>,
+    ) {
         let recorded = Recorded {
-            meta: members.shared(meta),
+            meta: members.shared(meta, given),
             token: self.inner.next_token.fetch_add(1, Relaxed),
             at: Instant::now(),
         };
@@ -532,6 +540,20 @@ impl HandleCache {
         meta: &ObjectMeta,
         since: Epoch,
     ) -> Option<ObjectMeta> {
+        self.record_shared(identity, store, meta, None, since)
+    }
+
+    /// [`HandleCache::record`], with `given` holding `meta` in an allocation the entry can
+    /// share (a cached listing's) rather than copy: an equal recording takes it too, so a
+    /// listing made again and the entries recorded from it hold one copy.
+    fn record_shared(
+        &self,
+        identity: &StoreIdentity,
+        store: &StoreKey,
+        meta: &ObjectMeta,
+        given: Option<&Arc<ObjectMeta>>,
+        since: Epoch,
+    ) -> Option<ObjectMeta> {
         if !self.inner.config.enabled {
             return None;
         }
@@ -554,7 +576,12 @@ impl HandleCache {
                             version: meta.version.clone(),
                             ..cached.meta.as_ref().clone()
                         };
-                        self.put(members, identity, &learned);
+                        self.put(members, identity, &learned, None);
+                    } else if let Some(given) = given
+                        && !Arc::ptr_eq(&cached.meta, given)
+                        && cached.meta.as_ref() == given.as_ref()
+                    {
+                        members.share(identity, &cached.meta, given);
                     }
                     None
                 }
@@ -567,11 +594,11 @@ impl HandleCache {
                         .held
                         .meta_counters
                         .removed(RemovalCause::Replaced);
-                    self.put(members, identity, meta);
+                    self.put(members, identity, meta, given);
                     Some(old.meta.as_ref().clone())
                 }
                 None => {
-                    self.put(members, identity, meta);
+                    self.put(members, identity, meta, given);
                     None
                 }
             }
@@ -589,13 +616,13 @@ impl HandleCache {
         &self,
         identity: &StoreIdentity,
         store: &StoreKey,
-        meta: &ObjectMeta,
+        meta: &Arc<ObjectMeta>,
         epoch: Epoch,
     ) -> Option<ObjectMeta> {
         if self.epoch().invalidations != epoch.invalidations {
             return None;
         }
-        self.record(identity, store, meta, epoch)
+        self.record_shared(identity, store, meta, Some(meta), epoch)
     }
 
     /// Counts a response that showed another version than a reader asked for.

@@ -71,7 +71,7 @@ fn a_new_version_replaces_the_entry_and_drops_listings() {
     cache.record(&me(), &store(), &old, cache.epoch());
     for k in [&key, &other] {
         let listing = Listing {
-            objects: vec![old.clone()],
+            objects: vec![Arc::new(old.clone())],
             common_prefixes: vec![],
         };
         cache.record_listing(k.clone(), Arc::new(listing), cache.epoch());
@@ -96,12 +96,17 @@ fn a_listing_that_began_before_an_invalidation_records_nothing() {
     let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
     let epoch = cache.epoch();
     cache.invalidate_seen(&seen("dir/a"));
-    cache.record_listed(&me(), &store(), &meta("dir/a", 10, Some("old")), epoch);
+    cache.record_listed(
+        &me(),
+        &store(),
+        &Arc::new(meta("dir/a", 10, Some("old"))),
+        epoch,
+    );
     assert!(cache.peek(&seen("dir/a")).is_none());
     cache.record_listed(
         &me(),
         &store(),
-        &meta("dir/a", 10, Some("new")),
+        &Arc::new(meta("dir/a", 10, Some("new"))),
         cache.epoch(),
     );
     assert!(cache.peek(&seen("dir/a")).is_some());
@@ -331,7 +336,7 @@ fn an_identitys_listings_are_its_own_and_a_change_drops_only_its_own() {
     };
     for key in [list_key("dir"), theirs.clone()] {
         let listing = Listing {
-            objects: vec![meta("dir/a", 10, Some("v1"))],
+            objects: vec![Arc::new(meta("dir/a", 10, Some("v1")))],
             common_prefixes: vec![],
         };
         cache.record_listing(key, Arc::new(listing), cache.epoch());
@@ -454,4 +459,28 @@ fn proofs_expire_with_the_ttl() {
     );
     assert_eq!(cache.stats().proofs.entries, 0);
     assert_eq!(cache.stats().proofs.expirations, 1);
+}
+
+#[test]
+fn a_listed_objects_entry_holds_the_listings_copy_of_its_metadata() {
+    let cache = HandleCache::try_new(HandleConfig::default()).unwrap();
+    let recorded = |cache: &HandleCache| {
+        let known = cache.known(&id("t/a")).unwrap();
+        let members = lock(&known.state);
+        Arc::clone(&members.by.get(&me()).unwrap().meta.as_ref().unwrap().meta)
+    };
+    let listed = Arc::new(meta("t/a", 10, Some("v1")));
+    cache.record_listed(&me(), &store(), &listed, cache.epoch());
+    assert!(Arc::ptr_eq(&recorded(&cache), &listed), "one copy, not two");
+    // Listed again (a new listing, once the last expired): its copy replaces the equal one.
+    let again = Arc::new(meta("t/a", 10, Some("v1")));
+    cache.record_listed(&me(), &store(), &again, cache.epoch());
+    assert!(Arc::ptr_eq(&recorded(&cache), &again));
+    // A HEAD's equal answer keeps what is held; another version is recorded as before.
+    cache.record(&me(), &store(), &meta("t/a", 10, Some("v1")), cache.epoch());
+    assert!(Arc::ptr_eq(&recorded(&cache), &again));
+    let newer = Arc::new(meta("t/a", 11, Some("v2")));
+    cache.record_listed(&me(), &store(), &newer, cache.epoch());
+    assert!(Arc::ptr_eq(&recorded(&cache), &newer));
+    assert_eq!(cache.peek(&seen("t/a")).unwrap(), *newer);
 }

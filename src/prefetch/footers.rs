@@ -113,7 +113,7 @@ impl AfterListing for FooterWarmup {
             // Taken one at a time as downloads free up, each copied as it is taken.
             let files = (0..listed.objects.len()).filter_map(|i| {
                 let meta = &listed.objects[i];
-                is_parquet(meta).then(|| meta.clone())
+                is_parquet(meta).then(|| meta.as_ref().clone())
             });
             stream::iter(files)
                 .map(|meta| warm(&reads, &index, meta, read_from_end, &may_load))

@@ -132,14 +132,16 @@ impl StoreReads {
         let epoch = handles.epoch();
         let what = || format!("listing {}", prefix.map_or("", |p| p.as_ref()));
         let result = listing().await.map_err(|e| naming(e, what()))?;
-        for meta in &result.objects {
+        let objects: Vec<Arc<ObjectMeta>> =
+            result.objects.iter().map(|m| Arc::new(m.clone())).collect();
+        for meta in &objects {
             self.observe_listed(meta, epoch);
         }
         if changes {
             return Ok(result);
         }
         let listing = Listing {
-            objects: result.objects.clone(),
+            objects,
             common_prefixes: result.common_prefixes.clone(),
         };
         handles.record_listing(key, Arc::new(listing), epoch);
@@ -221,12 +223,12 @@ struct Recording {
     listing: BoxStream<'static, Result<ObjectMeta>>,
     reads: StoreReads,
     /// Everything shown so far, and its bytes, while it can still be cached.
-    seen: Option<(Vec<ObjectMeta>, u64)>,
+    seen: Option<(Vec<Arc<ObjectMeta>>, u64)>,
     /// Whether [`AfterListing`] is to see the listing's Parquet files.
     warm: bool,
     /// The Parquet files shown, for [`AfterListing`], once `seen` is no longer kept (while it
     /// is, they are in it).
-    parquet: Vec<ObjectMeta>,
+    parquet: Vec<Arc<ObjectMeta>>,
     /// The listing as it is cached, once it ended (built from `seen` before its footers are
     /// loaded, so that a listing whose consumer went away meanwhile still records it).
     ended_as: Option<Arc<Listing>>,
@@ -242,26 +244,28 @@ struct Recording {
 
 impl Recording {
     fn saw(&mut self, meta: &ObjectMeta) {
-        self.reads.observe_listed(meta, self.epoch);
+        // One copy, shared by the listing as cached and the object's handle entry.
+        let meta = Arc::new(meta.clone());
+        self.reads.observe_listed(&meta, self.epoch);
         let handles = &self.reads.caches().handles;
         match &mut self.seen {
-            Some((seen, bytes)) if handles.listing_fits(*bytes + listed_bytes(meta)) => {
-                *bytes += listed_bytes(meta);
-                seen.push(meta.clone());
+            Some((seen, bytes)) if handles.listing_fits(*bytes + listed_bytes(&meta)) => {
+                *bytes += listed_bytes(&meta);
+                seen.push(meta);
                 return;
             }
             Some((seen, _)) => {
                 // Too large to cache: only what the footers' loading needs is kept.
                 if self.warm {
                     self.parquet = std::mem::take(seen);
-                    self.parquet.retain(is_parquet);
+                    self.parquet.retain(|m| is_parquet(m));
                 }
                 self.seen = None;
             }
             None => {}
         }
-        if self.warm && is_parquet(meta) {
-            self.parquet.push(meta.clone());
+        if self.warm && is_parquet(&meta) {
+            self.parquet.push(meta);
         }
     }
 
@@ -296,7 +300,7 @@ impl Recording {
                     common_prefixes: vec![],
                 }),
             };
-            if listed.objects.iter().any(is_parquet) {
+            if listed.objects.iter().any(|m| is_parquet(m)) {
                 hook.listed(self.reads.clone(), listed).await;
             }
         }

@@ -748,7 +748,7 @@ impl StoreReads {
 
     /// Records what a listing that began at `epoch` showed: the version is recorded for this
     /// identity, nothing proven (a listing shows a name, not that its bytes can be read).
-    pub(super) fn observe_listed(&self, meta: &ObjectMeta, epoch: Epoch) {
+    pub(super) fn observe_listed(&self, meta: &Arc<ObjectMeta>, epoch: Epoch) {
         let handles = &self.0.caches.handles;
         if let Some(old) = handles.record_listed(&self.0.identity, &self.0.store, meta, epoch) {
             self.forget_replaced(&old);
