@@ -26,7 +26,7 @@ impl<K, V> Default for FewMap<K, V> {
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Default> FewMap<K, V> {
+impl<K: Hash + Eq, V> FewMap<K, V> {
     pub(crate) fn len(&self) -> usize {
         match self {
             Self::Few(few) => few.len(),
@@ -49,29 +49,6 @@ impl<K: Hash + Eq + Clone, V: Default> FewMap<K, V> {
         match self {
             Self::Few(few) => few.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
             Self::Many(many) => many.get_mut(key),
-        }
-    }
-
-    /// The value of `key`, made with `V::default()` if there is none.
-    pub(crate) fn get_or_default(&mut self, key: &K) -> &mut V {
-        if let Self::Few(few) = self
-            && few.len() >= FEW
-            && !few.iter().any(|(k, _)| k == key)
-        {
-            *self = Self::Many(std::mem::take(few).into_iter().collect());
-        }
-        match self {
-            Self::Few(few) => {
-                let at = match few.iter().position(|(k, _)| k == key) {
-                    Some(at) => at,
-                    None => {
-                        few.push((key.clone(), V::default()));
-                        few.len() - 1
-                    }
-                };
-                &mut few[at].1
-            }
-            Self::Many(many) => many.entry(key.clone()).or_default(),
         }
     }
 
@@ -98,6 +75,31 @@ impl<K: Hash + Eq + Clone, V: Default> FewMap<K, V> {
     /// Every key, in no particular order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
         self.iter().map(|(k, _)| k)
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Default> FewMap<K, V> {
+    /// The value of `key`, made with `V::default()` if there is none.
+    pub(crate) fn get_or_default(&mut self, key: &K) -> &mut V {
+        if let Self::Few(few) = self
+            && few.len() >= FEW
+            && !few.iter().any(|(k, _)| k == key)
+        {
+            *self = Self::Many(std::mem::take(few).into_iter().collect());
+        }
+        match self {
+            Self::Few(few) => {
+                let at = match few.iter().position(|(k, _)| k == key) {
+                    Some(at) => at,
+                    None => {
+                        few.push((key.clone(), V::default()));
+                        few.len() - 1
+                    }
+                };
+                &mut few[at].1
+            }
+            Self::Many(many) => many.entry(key.clone()).or_default(),
+        }
     }
 }
 

@@ -56,24 +56,20 @@ pub(super) struct Members {
 }
 
 impl Members {
-    /// `meta`, shared with what the last recording kept if it is the same, else `given`
-    /// (`meta` in an allocation of its own already), else a copy.
+    /// `meta` in an allocation another holder keeps anyway: `given` (a listing's copy), else
+    /// what the last recording kept if it is the same; a copy only if neither is.
     pub(super) fn shared(
         &mut self,
         meta: &ObjectMeta,
         given: Option<&Arc<ObjectMeta>>,
     ) -> Arc<ObjectMeta> {
-        match &self.last {
-            Some(last) if last.as_ref() == meta => Arc::clone(last),
-            _ => {
-                let meta = match given {
-                    Some(given) if given.as_ref() == meta => Arc::clone(given),
-                    _ => Arc::new(meta.clone()),
-                };
-                self.last = Some(Arc::clone(&meta));
-                meta
-            }
-        }
+        let same = |held: &&Arc<ObjectMeta>| held.as_ref() == meta;
+        let meta = match given.filter(same).or(self.last.as_ref().filter(same)) {
+            Some(held) => Arc::clone(held),
+            None => Arc::new(meta.clone()),
+        };
+        self.last = Some(Arc::clone(&meta));
+        meta
     }
 
     /// `identity`'s recording of `held` now holds `given`, an equal copy that a listing

@@ -15,8 +15,8 @@
 //! is a new key (its old ranges are never served for it).
 //!
 //! The memory tier is a moka cache weighted by bytes: each range's, and
-//! [`ENTRY_BOOKKEEPING`] for what its entry takes besides. Its TinyLFU admission keeps the hot set
-//! when full: a range seen once (one pass of a scan larger than the cache) cannot push out
+//! [`RANGE_ENTRY_BOOKKEEPING`] for what its entry takes besides. Its TinyLFU admission keeps
+//! the hot set when full: a range seen once (one pass of a scan larger than the cache) cannot push out
 //! ranges read more often, while a range read again is admitted. Local files are not cached:
 //! the operating system's page cache already keeps them.
 
@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 use crate::config::RangeConfig;
 use crate::metrics::Source;
 use crate::object::{ObjectId, ObjectVersion, StoreIdentity};
-use crate::stats::{CacheCounters, CacheStats, RangeStats, settle};
+use crate::stats::{CacheCounters, CacheStats, RANGE_ENTRY_BOOKKEEPING, RangeStats, settle};
 use disk::{Claim, DiskTier};
 use flights::Flights;
 use spans::{Inserted, Spans};
@@ -50,11 +50,11 @@ use spans::{Inserted, Spans};
 /// Bytes of disk writes that may wait for a blocking thread; beyond this a range is not
 /// written (the disk is slower than the network), rather than held in memory.
 const MAX_PENDING_DISK_BYTES: u64 = 256 << 20;
-pub(crate) use crate::stats::RANGE_ENTRY_BOOKKEEPING as ENTRY_BOOKKEEPING;
 
-/// What a range of `len` bytes weighs against `lakecache.range.memory`.
-fn memory_weight(len: usize) -> u32 {
-    u32::try_from(len as u64 + ENTRY_BOOKKEEPING).unwrap_or(u32::MAX)
+/// What a range of `len` bytes weighs against `lakecache.range.memory`: the tier's weigher
+/// and its check of room for a range read from disk.
+fn memory_weight(len: u64) -> u32 {
+    u32::try_from(len + RANGE_ENTRY_BOOKKEEPING).unwrap_or(u32::MAX)
 }
 
 /// Once memory is full, one range in this many read from disk is offered to it
@@ -186,7 +186,7 @@ impl RangeCache {
         let spans: SpanMap = Arc::default();
         let memory = Cache::builder()
             .max_capacity(config.memory_bytes)
-            .weigher(|_, v: &Bytes| memory_weight(v.len()))
+            .weigher(|_, v: &Bytes| memory_weight(v.len() as u64))
             .eviction_listener({
                 let (counters, spans) = (Arc::clone(&counters), Arc::clone(&spans));
                 move |key: Arc<RangeKey>, value: Bytes, cause| {

@@ -286,7 +286,7 @@ impl RangeCache {
     /// few reads, at a fraction of the cost of offering every one.
     pub(super) fn promotes(&self, len: u64) -> bool {
         let inner = &self.inner;
-        inner.memory.weighted_size() + u64::from(super::memory_weight(len as usize))
+        inner.memory.weighted_size() + u64::from(super::memory_weight(len))
             <= inner.config.memory_bytes
             || inner
                 .disk_reads

@@ -270,7 +270,7 @@ async fn small_ranges_weigh_their_bookkeeping_so_the_bound_holds_for_them_too() 
     let stats = cache.stats();
     assert!(stats.memory.entries > 0, "{stats:?}");
     assert!(
-        stats.memory.entries * (16 + super::ENTRY_BOOKKEEPING) <= capacity,
+        stats.memory.entries * (16 + RANGE_ENTRY_BOOKKEEPING) <= capacity,
         "{} ranges of 16 bytes held in {capacity} bytes: their bookkeeping is not counted",
         stats.memory.entries
     );
@@ -394,7 +394,7 @@ async fn ranges_read_from_disk_go_to_memory_while_it_has_room_then_one_in_eight(
     }
     fetches.take();
     let small = RangeConfig {
-        memory_bytes: 16 * ((64 << 10) + super::ENTRY_BOOKKEEPING),
+        memory_bytes: 16 * ((64 << 10) + RANGE_ENTRY_BOOKKEEPING),
         ..with_disk(dir.path())
     };
     let cache = RangeCache::try_new(small).unwrap();
